@@ -1,0 +1,25 @@
+"""Eager PyTorch reference for SnakeBeta: y = x + sin(x * a)^2 * b, per channel.
+
+`a` is exp(alpha) and `b` is 1 / (exp(beta) + eps): both precomputed once after weight load
+(the checkpoint stores alpha and beta in log space).
+"""
+from __future__ import annotations
+
+import torch
+
+SNAKE_EPS = 1e-9
+
+
+def snake_params_from_log(alpha: torch.Tensor, beta: torch.Tensor, eps: float = SNAKE_EPS):
+    """(exp(alpha), 1/(exp(beta)+eps)) in fp32, as the fused kernel consumes them."""
+    alpha_exp = torch.exp(alpha.float())
+    inv_beta = 1.0 / (torch.exp(beta.float()) + eps)
+    return alpha_exp, inv_beta
+
+
+def snake_beta_reference(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
+    """x: [B, C, T]; alpha_exp, inv_beta: [C] -> [B, C, T] in x's dtype (math in fp32)."""
+    xf = x.float()
+    a = alpha_exp.float().view(1, -1, 1)
+    b = inv_beta.float().view(1, -1, 1)
+    return (xf + torch.sin(xf * a).pow(2) * b).to(x.dtype)

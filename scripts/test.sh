@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the project with its test extras and the official implementation (test-only oracle),
+# then runs the whole test suite. Safe to re-run; works on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+# torch is pinned so CPU machines take the local CPU wheel instead of the multi-GB CUDA build.
+$PY -m pip install -q torch==2.13.0
+$PY -m pip install -q -e '.[test]'
+# The oracle: the Transformers-5 build of qwen-tts, without its heavy runtime deps (gradio, torchaudio...).
+$PY -m pip install -q --no-deps qwen-tts-hf==0.1.1.post1
+exec $PY -m pytest -q "$@"
