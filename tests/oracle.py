@@ -39,4 +39,27 @@ def import_oracle():
         import qwen_tts  # noqa: F401
     except ImportError as exc:  # pragma: no cover - only on a broken install
         pytest.fail(f"official oracle qwen-tts-hf is not importable ({exc}); run scripts/test.sh")
+    _patch_default_rope()
     return sys.modules["qwen_tts"]
+
+
+def _patch_default_rope() -> None:
+    """qwen-tts-hf registers a "default" RoPE initialiser that reads `config.rope_theta`; newer
+    Transformers 5 configs (e.g. MimiConfig) keep theta only in `config.rope_parameters`. Wrap it
+    so both config styles work. Same math: inv_freq = theta^(-2i/dim)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    original = ROPE_INIT_FUNCTIONS.get("default")
+    if original is None or getattr(original, "_theta_patched", False):
+        return
+
+    def default_rope(config, device=None, seq_len=None, layer_type=None):
+        if not hasattr(config, "rope_theta"):
+            params = getattr(config, "rope_parameters", None) or {}
+            if layer_type is not None and layer_type in params:
+                params = params[layer_type]
+            config.rope_theta = params["rope_theta"]
+        return original(config, device=device, seq_len=seq_len, layer_type=layer_type)
+
+    default_rope._theta_patched = True
+    ROPE_INIT_FUNCTIONS["default"] = default_rope
