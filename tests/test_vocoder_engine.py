@@ -1,0 +1,209 @@
+"""In-process vocoder engine tests with a stateful fake decoder (exact, causal, cheap).
+
+The fake decoder's frame output depends on every earlier frame of its slot (a running sum), so any
+state leak between slots, any padding that advances state, or any lost/duplicated frame changes the
+streamed audio versus the offline reference.
+"""
+import random
+
+import numpy as np
+import pytest
+
+from vocoder_service.engine.batcher import ReadyRow, plan_batches
+from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
+from vocoder_service.engine.config import VocoderEngineConfig
+from vocoder_service.engine.engine import EngineError, VocoderEngine
+
+SPF = 4  # samples per frame for the fake decoder
+
+
+class FakeRunner:
+    codebook_size = 2048
+
+    def __init__(self, max_slots):
+        self.state = np.zeros(max_slots)
+        self.calls = []
+
+    def reset(self, slots):
+        self.state[list(slots)] = 0.0
+
+    def decode(self, codes, slots, lengths):
+        bs, _, t = codes.shape
+        self.calls.append((bs, t))
+        pcm = np.full((bs, t * SPF), np.nan, np.float32)   # padding stays NaN: must never be emitted
+        for i in range(bs):
+            s = self.state[slots[i]]
+            for f in range(lengths[i]):
+                s = 0.5 * s + codes[i, :, f].sum()
+                pcm[i, f * SPF:(f + 1) * SPF] = s + np.arange(SPF)
+            self.state[slots[i]] = s
+        return pcm
+
+
+def offline(codes):
+    s, out = 0.0, []
+    for f in range(len(codes)):
+        s = 0.5 * s + codes[f].sum()
+        out.append(s + np.arange(SPF))
+    return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)
+
+
+def make_engine(max_slots=8, **kw):
+    cfg = VocoderEngineConfig(max_slots=max_slots, samples_per_frame=SPF, **kw)
+    clock = [0.0]
+    eng = VocoderEngine(FakeRunner(max_slots), cfg, clock=lambda: clock[0])
+    return eng, clock
+
+
+def drain(eng, outs):
+    for _ in range(10000):
+        if not eng.has_work():
+            break
+        for o in eng.step():
+            outs.setdefault(o.request_id, []).append(o)
+
+
+def test_chunk_policy_ramp_and_buckets():
+    p = ChunkPolicy(first_chunk_frames=2, steady_chunk_frames=25)
+    assert [p.chunk_frames(n) for n in range(6)] == [2, 4, 8, 16, 25, 25]
+    assert p.frame_buckets() == [1, 2, 4, 8, 16, 25]
+    assert p.bucket_for(3) == 4 and p.bucket_for(17) == 25
+    assert batch_buckets(48) == [1, 2, 4, 8, 16, 32, 48]
+    with pytest.raises(ValueError, match="first_chunk_frames"):
+        ChunkPolicy(first_chunk_frames=30, steady_chunk_frames=25)
+
+
+def test_plan_batches_every_row_once_and_merging_pays():
+    p = ChunkPolicy(2, 25)
+    rows = [ReadyRow(f"r{i}", i, n, True, False) for i, n in enumerate([1, 2, 2, 25, 25, 16, 3])]
+    batches = plan_batches(rows, p, batch_buckets(8), launch_cost_row_frames=64)
+    assert sorted(r.request_id for b in batches for r in b.rows) == sorted(r.request_id for r in rows)
+    for b in batches:
+        assert all(r.num_frames <= b.frames_bucket for r in b.rows) and b.batch_size <= 8
+    # with a huge launch cost everything fits in one batch; with zero cost nothing merges
+    assert len(plan_batches(rows, p, batch_buckets(8), 1e9)) == 1
+    assert len(plan_batches(rows, p, batch_buckets(8), 0)) == len({p.bucket_for(r.num_frames) for r in rows})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_interleavings_equal_offline(seed):
+    rng = random.Random(seed)
+    eng, clock = make_engine(max_slots=6)
+    want, outs, seqs, active, pending = {}, {}, {}, set(), list(range(20))
+    while pending or active:
+        if pending and eng.num_active < 6 and rng.random() < 0.5:
+            rid = f"req{pending.pop()}"
+            n = rng.randint(1, 60)
+            want[rid] = np.random.default_rng(rng.randint(0, 1 << 30)).integers(0, 2048, (n, 16))
+            eng.open(rid)
+            seqs[rid] = (0, 0)
+            active.add(rid)
+        for rid in list(active):
+            seq, sent = seqs[rid]
+            if rng.random() < 0.6:
+                k = min(rng.randint(1, 5), len(want[rid]) - sent)
+                final = sent + k == len(want[rid])
+                eng.add_frames(rid, seq, want[rid][sent:sent + k], is_final=final)
+                seqs[rid] = (seq + 1, sent + k)
+                if final:
+                    active.discard(rid)
+        clock[0] += rng.random() * 0.1
+        for o in eng.step():
+            outs.setdefault(o.request_id, []).append(o)
+    drain(eng, outs)
+    assert eng.num_active == 0 and eng.slots.num_free == 6
+    for rid, codes in want.items():
+        chunks = outs[rid]
+        assert [c.seq for c in chunks] == list(range(len(chunks)))
+        assert chunks[-1].is_final and not any(c.is_final for c in chunks[:-1])
+        got = np.concatenate([c.pcm for c in chunks])
+        assert np.array_equal(got, offline(codes)), rid
+        offsets = np.cumsum([0] + [len(c.pcm) for c in chunks[:-1]])
+        assert [c.sample_offset for c in chunks] == list(offsets)
+
+
+def test_context_frames_prime_but_are_not_emitted():
+    eng, _ = make_engine()
+    rng = np.random.default_rng(0)
+    ctx, gen = rng.integers(0, 2048, (30, 16)), rng.integers(0, 2048, (7, 16))
+    eng.open("a")
+    eng.add_frames("a", 0, ctx, is_context=True)
+    eng.add_frames("a", 1, gen, is_final=True)
+    outs = {}
+    drain(eng, outs)
+    got = np.concatenate([o.pcm for o in outs["a"]])
+    assert np.array_equal(got, offline(np.concatenate([ctx, gen]))[30 * SPF:])
+
+
+def test_first_chunk_small_then_ramps():
+    eng, _ = make_engine()
+    eng.open("a")
+    eng.add_frames("a", 0, np.ones((2, 16), np.int64))
+    [o] = eng.step()
+    assert len(o.pcm) == 2 * SPF and not o.is_final
+    eng.add_frames("a", 1, np.ones((3, 16), np.int64))
+    assert eng.step() == []            # 3 < next chunk size 4, no timeout yet
+
+
+def test_slow_talker_timeout_flushes_partial_chunk():
+    eng, clock = make_engine()
+    eng.open("a")
+    eng.add_frames("a", 0, np.ones((1, 16), np.int64))
+    assert eng.step() == []
+    clock[0] += 0.25
+    [o] = eng.step()
+    assert len(o.pcm) == SPF
+
+
+def test_faults_are_isolated():
+    eng, clock = make_engine(max_slots=2, talker_timeout_s=5.0)
+    eng.open("good")
+    eng.open("bad")
+    with pytest.raises(EngineError) as e:
+        eng.open("third")
+    assert e.value.code == "RESOURCE_EXHAUSTED"
+    with pytest.raises(EngineError) as e:
+        eng.add_frames("nope", 0, np.zeros((1, 16), np.int64))
+    assert e.value.code == "NOT_FOUND"
+    for bad, msg in [(np.zeros((2, 15), np.int64), "frames must be"), (np.full((1, 16), 2048), "codes must lie"),
+                     (np.full((1, 16), -1), "codes must lie"), (np.zeros((1, 16), np.float32), "integers")]:
+        with pytest.raises(EngineError, match=msg):
+            eng.add_frames("bad", 0, bad)
+    codes = np.random.default_rng(1).integers(0, 2048, (9, 16))
+    eng.add_frames("good", 0, codes[:4])
+    eng.add_frames("good", 0, codes[:4])               # duplicate: dropped
+    assert eng.stats["duplicates_dropped"] == 1
+    with pytest.raises(EngineError) as e:
+        eng.add_frames("bad", 3, codes)                # gap: request fails and is freed
+    assert e.value.code == "DATA_LOSS" and "bad" not in eng.streams
+    assert eng.abort("bad") is False                   # already gone: no-op
+    eng.add_frames("good", 1, codes[4:], is_final=True)
+    outs = {}
+    drain(eng, outs)
+    assert np.array_equal(np.concatenate([o.pcm for o in outs["good"]]), offline(codes))
+    eng.open("silent")
+    clock[0] += 6.0
+    [err] = eng.expire()
+    assert err.code == "UNAVAILABLE" and err.request_id == "silent" and eng.num_active == 0
+
+
+def test_no_slot_leaks_after_thousands_of_requests():
+    eng, _ = make_engine(max_slots=4)
+    rng = np.random.default_rng(2)
+    for i in range(3000):
+        rid = f"r{i}"
+        eng.open(rid)
+        kind = i % 4
+        if kind == 0:
+            eng.add_frames(rid, 0, rng.integers(0, 2048, (3, 16)), is_final=True)
+            drain(eng, {})
+        elif kind == 1:
+            eng.abort(rid, "client cancelled")
+        elif kind == 2:
+            with pytest.raises(EngineError):
+                eng.add_frames(rid, 5, rng.integers(0, 2048, (1, 16)))
+        else:
+            eng.add_frames(rid, 0, np.zeros((0, 16), np.int64), is_final=True)
+            drain(eng, {})
+        assert eng.num_active == 0
+    assert eng.slots.num_free == 4 and eng.slots.num_used == 0

@@ -1,0 +1,22 @@
+"""Every vocoder engine setting in one place (flags and env map onto these fields)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vocoder_service.engine.chunk_policy import ChunkPolicy
+
+
+@dataclass
+class VocoderEngineConfig:
+    max_slots: int = 64
+    chunk: ChunkPolicy = field(default_factory=ChunkPolicy)
+    # Fixed cost of one decode launch, in row-frames, for the batch-merging cost model.
+    launch_cost_row_frames: float = 64.0
+    # A request whose talker sent nothing for this long (and no end) fails with UNAVAILABLE.
+    talker_timeout_s: float = 10.0
+    # Bound on frames buffered per request that are not yet decoded (backpressure on a runaway talker).
+    max_pending_frames: int = 2048
+    # At most this many context (voice-clone reference) frames per request (~60 s).
+    max_context_frames: int = 750
+    sample_rate_hz: int = 24000
+    samples_per_frame: int = 1920

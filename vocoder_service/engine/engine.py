@@ -1,0 +1,234 @@
+"""The vocoder engine: request lifecycle, chunk scheduling and decode, without sockets.
+
+The ZeroMQ server and the tests drive it the same way: `open` / `add_frames` / `abort`, then
+`step()` which decodes one round of ready chunks and returns what must be sent (PCM chunks and
+errors). `expire()` fails requests whose talker went silent. All methods run on one thread.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
+from vocoder_service.engine.chunk_policy import batch_buckets
+from vocoder_service.engine.config import VocoderEngineConfig
+from vocoder_service.engine.slots import SlotPool, SlotPoolFull
+from vocoder_service.engine.stream_state import StreamState
+
+logger = logging.getLogger(__name__)
+
+NUM_CODE_GROUPS = 16
+
+
+class EngineError(Exception):
+    """A request-level failure with a gRPC-style status name (INVALID_ARGUMENT, RESOURCE_EXHAUSTED...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class PcmOut:
+    request_id: str
+    reply_to: str | None
+    seq: int
+    sample_offset: int
+    pcm: np.ndarray          # [n] float32 at sample_rate_hz
+    is_final: bool
+
+
+@dataclass
+class ErrorOut:
+    request_id: str
+    reply_to: str | None
+    talker_id: str | None
+    code: str
+    message: str
+
+
+class VocoderEngine:
+    def __init__(self, runner, config: VocoderEngineConfig, clock=time.monotonic) -> None:
+        """`runner.decode(codes [bs,16,t] int, slots [bs], lengths [bs]) -> pcm [bs, t*spf]` and
+        `runner.reset(slots)`; it owns the device and the CUDA graphs."""
+        self.runner = runner
+        self.config = config
+        self.clock = clock
+        self.slots = SlotPool(config.max_slots)
+        self.streams: dict[str, StreamState] = {}
+        self.batch_sizes = batch_buckets(config.max_slots)
+        self.stats = {"opened": 0, "completed": 0, "aborted": 0, "failed": 0, "refused": 0,
+                      "frames_decoded": 0, "chunks_emitted": 0, "decode_calls": 0, "duplicates_dropped": 0}
+
+    # ---- request lifecycle -------------------------------------------------------------------
+    def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:
+        if request_id in self.streams:
+            raise EngineError("ALREADY_EXISTS", f"request {request_id!r} is already open on this vocoder")
+        try:
+            slot = self.slots.acquire(request_id)
+        except SlotPoolFull as exc:
+            self.stats["refused"] += 1
+            raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r} refused: {exc}") from None
+        now = self.clock()
+        self.runner.reset([slot])
+        self.streams[request_id] = StreamState(request_id, slot, reply_to, talker_id, now, now)
+        self.stats["opened"] += 1
+        logger.debug("request %s opened in slot %d", request_id, slot)
+
+    def add_frames(self, request_id: str, seq: int, codes: np.ndarray, *, is_context: bool = False,
+                   is_final: bool = False) -> None:
+        """Append frames [n,16] (n may be 0 for a bare final marker) carrying sequence number `seq`."""
+        stream = self.streams.get(request_id)
+        if stream is None:
+            raise EngineError("NOT_FOUND", f"frames for unknown request {request_id!r}")
+        if seq < stream.next_seq:
+            self.stats["duplicates_dropped"] += 1
+            logger.warning("request %s: dropped duplicate frames seq %d (expected %d)", request_id, seq, stream.next_seq)
+            return
+        if seq > stream.next_seq:
+            self._fail(stream, "DATA_LOSS", f"request {request_id!r}: frames seq {seq} out of order, expected {stream.next_seq}")
+            raise EngineError("DATA_LOSS", f"request {request_id!r}: frames seq {seq} out of order, expected {stream.next_seq}")
+        if stream.ended:
+            raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: frames after the final frames")
+        codes = self._validate_codes(request_id, codes)
+        if is_context and (stream.num_pending or stream.num_chunks_emitted):
+            raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: context frames must come before audio frames")
+        if is_context and stream.num_context_pending + len(codes) > self.config.max_context_frames:
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: more than {self.config.max_context_frames} context frames")
+        if not is_context and stream.num_pending + len(codes) > self.config.max_pending_frames:
+            self._fail(stream, "RESOURCE_EXHAUSTED", f"request {request_id!r}: more than {self.config.max_pending_frames} undecoded frames buffered")
+            raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r}: vocoder buffer full")
+        now = self.clock()
+        stream.next_seq += 1
+        stream.last_activity_s = now
+        if len(codes):
+            if is_context:
+                stream.context.append(codes)
+                stream.num_context_pending += len(codes)
+            else:
+                stream.pending.append(codes)
+                if stream.num_pending == 0:
+                    stream.oldest_pending_s = now
+                stream.num_pending += len(codes)
+        if is_final:
+            stream.ended = True
+
+    def abort(self, request_id: str, reason: str = "") -> bool:
+        """Free a request's state. Idempotent: aborting an unknown or finished request is a no-op."""
+        stream = self.streams.get(request_id)
+        if stream is None:
+            logger.info("abort of unknown or finished request %s ignored (%s)", request_id, reason)
+            return False
+        self._release(stream)
+        self.stats["aborted"] += 1
+        logger.info("request %s aborted: %s", request_id, reason)
+        return True
+
+    def expire(self) -> list[ErrorOut]:
+        """Fail requests whose talker has been silent past the timeout (the talker probably died)."""
+        now, out = self.clock(), []
+        for stream in list(self.streams.values()):
+            if not stream.ended and now - stream.last_activity_s > self.config.talker_timeout_s:
+                out.append(self._fail(stream, "UNAVAILABLE",
+                                      f"request {stream.request_id!r}: talker sent nothing for {self.config.talker_timeout_s:.1f} s"))
+        return out
+
+    # ---- scheduling and decode ---------------------------------------------------------------
+    def ready_rows(self) -> list[ReadyRow]:
+        now, steady, rows = self.clock(), self.config.chunk.steady_chunk_frames, []
+        for stream in self.streams.values():
+            if stream.num_context_pending:
+                rows.append(ReadyRow(stream.request_id, stream.slot, min(stream.num_context_pending, steady), False, False))
+                continue
+            if stream.num_pending == 0:
+                if stream.ended:  # a final marker with no frames left: close with an empty chunk
+                    rows.append(ReadyRow(stream.request_id, stream.slot, 0, True, True))
+                continue
+            target = self.config.chunk.chunk_frames(stream.num_chunks_emitted)
+            oldest = now if stream.oldest_pending_s is None else stream.oldest_pending_s
+            waited_ms = (now - oldest) * 1e3
+            if stream.num_pending >= target or stream.ended or waited_ms >= self.config.chunk.max_wait_ms:
+                n = min(stream.num_pending, target)
+                rows.append(ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == stream.num_pending))
+        return rows
+
+    def has_work(self) -> bool:
+        return bool(self.ready_rows())
+
+    def step(self) -> list[PcmOut]:
+        """Decode every ready chunk once (one or more batches); return the PCM to send."""
+        rows = self.ready_rows()
+        out: list[PcmOut] = []
+        empty = [r for r in rows if r.num_frames == 0]
+        for row in empty:
+            out.append(self._emit(self.streams[row.request_id], np.zeros(0, np.float32), True))
+        rows = [r for r in rows if r.num_frames > 0]
+        for batch in plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames):
+            out.extend(self._run_batch(batch))
+        return out
+
+    def _run_batch(self, batch: PlannedBatch) -> list[PcmOut]:
+        t, spf = batch.frames_bucket, self.config.samples_per_frame
+        codes = np.zeros((batch.batch_size, NUM_CODE_GROUPS, t), dtype=np.int64)
+        lengths = np.zeros(batch.batch_size, dtype=np.int64)
+        slots = np.zeros(batch.batch_size, dtype=np.int64)
+        for i, row in enumerate(batch.rows):
+            stream = self.streams[row.request_id]
+            if row.emit:
+                frames = stream.take("pending", "num_pending", row.num_frames)
+                stream.oldest_pending_s = self.clock() if stream.num_pending else None
+            else:
+                frames = stream.take("context", "num_context_pending", row.num_frames)
+            codes[i, :, : row.num_frames] = frames.T
+            lengths[i] = row.num_frames
+            slots[i] = stream.slot
+        pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf]
+        self.stats["decode_calls"] += 1
+        out = []
+        for i, row in enumerate(batch.rows):
+            stream = self.streams[row.request_id]
+            stream.num_frames_decoded += row.num_frames
+            self.stats["frames_decoded"] += row.num_frames
+            if row.emit:
+                out.append(self._emit(stream, np.asarray(pcm[i, : row.num_frames * spf], dtype=np.float32), row.is_final))
+        return out
+
+    def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool) -> PcmOut:
+        chunk = PcmOut(stream.request_id, stream.reply_to, stream.pcm_seq, stream.num_samples_emitted, pcm, is_final)
+        stream.pcm_seq += 1
+        stream.num_chunks_emitted += 1
+        stream.num_samples_emitted += len(pcm)
+        self.stats["chunks_emitted"] += 1
+        if is_final:
+            self._release(stream)
+            self.stats["completed"] += 1
+        return chunk
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _validate_codes(self, request_id: str, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[1] != NUM_CODE_GROUPS:
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be [n, {NUM_CODE_GROUPS}], got shape {list(codes.shape)}")
+        if not np.issubdtype(codes.dtype, np.integer):
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be integers, got {codes.dtype}")
+        if codes.size and (codes.min() < 0 or codes.max() >= self.runner.codebook_size):
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: codes must lie in [0, {self.runner.codebook_size}), got [{codes.min()}, {codes.max()}]")
+        return codes.astype(np.int64, copy=False)
+
+    def _fail(self, stream: StreamState, code: str, message: str) -> ErrorOut:
+        logger.warning("request %s failed (%s): %s", stream.request_id, code, message)
+        self._release(stream)
+        self.stats["failed"] += 1
+        return ErrorOut(stream.request_id, stream.reply_to, stream.talker_id, code, message)
+
+    def _release(self, stream: StreamState) -> None:
+        del self.streams[stream.request_id]
+        self.slots.release(stream.slot)
+
+    @property
+    def num_active(self) -> int:
+        return len(self.streams)
