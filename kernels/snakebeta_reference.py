@@ -23,3 +23,12 @@ def snake_beta_reference(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: tor
     a = alpha_exp.float().view(1, -1, 1)
     b = inv_beta.float().view(1, -1, 1)
     return (xf + torch.sin(xf * a).pow(2) * b).to(x.dtype)
+
+
+_MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
+
+
+def storage_ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of `dtype` values at |ref| (ref in fp32): the unit for kernel-vs-reference tolerances."""
+    _, exponent = torch.frexp(ref.abs().clamp_min(torch.finfo(dtype).tiny))
+    return torch.ldexp(torch.ones_like(ref), exponent - 1 - _MANTISSA_BITS[dtype])

@@ -1,0 +1,71 @@
+"""Launch-config heuristic for the SnakeBeta kernel (pure Python, no triton import).
+
+A fixed table instead of triton.autotune: the decoder is captured into CUDA graphs, and autotuning
+inside a capture would time (and launch) candidate kernels into the graph. The constants below are
+the knobs that `benchmarks/bench_snakebeta.py --sweep` measures; edit them from its "best" table.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+# Longest time tile: rows longer than this are split along time. 2048 keeps the masked tail of the
+# last tile of a 48000-sample row under 2%.
+MAX_BLOCK_T = 2048
+# Bytes of x one program reads: 16 KiB keeps enough loads in flight per SM to saturate HBM on
+# Hopper for a streaming kernel, while the grid still has thousands of programs at decoder sizes.
+BYTES_PER_PROGRAM = 16384
+# Never shrink a tile below this many elements when spreading small tensors over the SMs.
+MIN_ELEMS_PER_PROGRAM = 512
+# Bytes each thread handles: 32 bytes = two 16-byte vector loads per thread.
+BYTES_PER_THREAD = 32
+MAX_NUM_WARPS = 8
+# Assumed SM count when the caller does not pass one (H100 SXM: 132, H200: 132).
+DEFAULT_NUM_SMS = 132
+# Small tensors are split until the grid has this many programs per SM (or tiles hit the minimum).
+PROGRAMS_PER_SM = 2
+
+
+@dataclass(frozen=True)
+class SnakeConfig:
+    block_c: int  # channels per program (power of two)
+    block_t: int  # samples per row per program (power of two)
+    num_warps: int
+    fast_sin: bool  # MUFU sin.approx (CUDA only; the interpreter cannot run inline asm)
+
+    @property
+    def block_elems(self) -> int:
+        return self.block_c * self.block_t
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+# Cached: the launcher calls this on every launch and the decoder reuses a handful of shapes.
+@functools.lru_cache(maxsize=4096)
+def choose_config(
+    num_channels: int,
+    num_samples: int,
+    elem_bytes: int,
+    num_batch: int = 1,
+    is_cuda: bool = True,
+    num_sms: int = DEFAULT_NUM_SMS,
+) -> SnakeConfig:
+    """Tile shape for x of shape [num_batch, num_channels, num_samples] with `elem_bytes` per element."""
+    if min(num_channels, num_samples, elem_bytes, num_batch) < 1:
+        raise ValueError(
+            f"choose_config needs positive sizes, got C={num_channels} T={num_samples} "
+            f"elem_bytes={elem_bytes} B={num_batch}"
+        )
+    block_t = min(next_pow2(num_samples), MAX_BLOCK_T)
+    block_elems = max(BYTES_PER_PROGRAM // elem_bytes, block_t)
+    numel = num_batch * num_channels * num_samples
+    # Small launches (batch-1 first chunks) are latency bound: more, smaller programs use more SMs.
+    while block_elems > MIN_ELEMS_PER_PROGRAM and numel < PROGRAMS_PER_SM * num_sms * block_elems:
+        block_elems //= 2
+    block_t = min(block_t, block_elems)
+    block_c = min(next_pow2(num_channels), max(1, block_elems // block_t))
+    tile_bytes = block_c * block_t * elem_bytes
+    num_warps = max(1, min(MAX_NUM_WARPS, next_pow2(tile_bytes // (32 * BYTES_PER_THREAD))))
+    return SnakeConfig(block_c=block_c, block_t=block_t, num_warps=num_warps, fast_sin=is_cuda)

@@ -1,0 +1,135 @@
+"""Fused Triton SnakeBeta: y = x + sin(x * a)^2 * b, one read of x and one write of y.
+
+Grid: axis 0 = tiles along time, axis 1 = tiles of channels, axis 2 = batch. Each program owns a
+[BLOCK_C, BLOCK_T] tile of one batch item, so the channel of every row is known without any
+integer division, a/b are loaded once per row, and long rows (T ~ 10^5) and short rows (T = 4 in the
+first decoder stage, with C = 1536) both fill a program with BLOCK_C * BLOCK_T useful elements.
+
+The module reads TRITON_INTERPRET when it is imported (triton.jit picks the interpreter at
+decoration time), so tests that want the CPU interpreter must set it before the first import.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.snakebeta_config import SnakeConfig, choose_config
+
+# pi split so that k * PI_HI is cancelled exactly by an fma and PI_LO carries the rest: the reduced
+# argument stays accurate to ~1e-7 for |x * a| up to ~1e5, far beyond decoder activations.
+_PI_HI = tl.constexpr(3.1415927410125732)
+_PI_LO = tl.constexpr(-8.742278000372485e-08)
+_INV_PI = tl.constexpr(0.3183098861837907)
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Grid axes 1 and 2 are limited to 65535 programs by CUDA.
+_MAX_GRID_YZ = 65535
+
+
+@triton.jit
+def _snake_beta_kernel(
+    x_ptr, a_ptr, b_ptr, y_ptr,
+    num_channels, num_samples,
+    x_stride_b, x_stride_c,
+    y_stride_b, y_stride_c,
+    BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, FAST_SIN: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)  # int64: b * stride overflows int32 past 2^31 elements
+
+    chans = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)  # [BLOCK_C]
+    times = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    chan_ok = chans < num_channels
+    mask = chan_ok[:, None] & (times < num_samples)[None, :]  # [BLOCK_C, BLOCK_T]
+
+    a = tl.load(a_ptr + chans, mask=chan_ok, other=0.0)[:, None]  # [BLOCK_C, 1] fp32
+    b = tl.load(b_ptr + chans, mask=chan_ok, other=0.0)[:, None]
+    chans64 = chans.to(tl.int64)
+    x_offs = (pid_b * x_stride_b + chans64 * x_stride_c)[:, None] + times[None, :]
+    y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + times[None, :]
+
+    x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)
+    z = x * a
+    # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
+    k = tl.floor(z * _INV_PI + 0.5)
+    r = tl.fma(-k, _PI_HI, z)
+    r = tl.fma(-k, _PI_LO, r)
+    if FAST_SIN:
+        # MUFU sine: abs error ~2^-21 on [-pi, pi], a few instructions instead of libdevice's ~30.
+        s = tl.inline_asm_elementwise(
+            "sin.approx.f32 $0, $1;", "=f,f", [r], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        s = tl.sin(r)
+    y = x + s * s * b
+    # The cast rounds to nearest even on GPU; the interpreter truncates fp32 -> bf16 (tests allow 1 ulp).
+    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_snake_beta_kernel, triton.runtime.JITFunction)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def snake_beta_triton(
+    x: torch.Tensor,
+    alpha_exp: torch.Tensor,
+    inv_beta: torch.Tensor,
+    out: torch.Tensor | None = None,
+    config: SnakeConfig | None = None,
+) -> torch.Tensor:
+    """x: [B, C, T] (time stride 1, any batch/channel strides); alpha_exp, inv_beta: [C] fp32.
+
+    Returns [B, C, T] contiguous in x's dtype (or writes into `out`, which may be x itself: every
+    element is read before it is written by the same program).
+    """
+    if x.dim() != 3:
+        raise ValueError(f"snake_beta_triton expects x of shape [B, C, T], got {tuple(x.shape)}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"snake_beta_triton supports {SUPPORTED_DTYPES}, got {x.dtype}")
+    num_batch, num_channels, num_samples = x.shape
+    if x.stride(2) != 1:
+        x = x.contiguous()
+    a = alpha_exp.to(device=x.device, dtype=torch.float32).contiguous()  # no-op when precomputed
+    b = inv_beta.to(device=x.device, dtype=torch.float32).contiguous()
+    if out is None:
+        out = torch.empty((num_batch, num_channels, num_samples), device=x.device, dtype=x.dtype)
+    elif out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1:
+        raise ValueError(
+            f"out must match x ({tuple(x.shape)}, {x.dtype}, time stride 1), "
+            f"got {tuple(out.shape)}, {out.dtype}, strides {out.stride()}"
+        )
+    if x.numel() == 0:
+        return out
+    if config is None:
+        use_gpu = x.is_cuda and not is_interpreting()
+        config = choose_config(
+            num_channels, num_samples, x.element_size(), num_batch=num_batch,
+            is_cuda=use_gpu, num_sms=_num_sms(x.device) if use_gpu else 1,  # interpreter: fewer programs
+        )
+    num_c_tiles = triton.cdiv(num_channels, config.block_c)
+    if num_c_tiles > _MAX_GRID_YZ:
+        raise ValueError(f"{num_channels} channels need {num_c_tiles} channel tiles > {_MAX_GRID_YZ}")
+    num_t_tiles = triton.cdiv(num_samples, config.block_t)
+    # Batches beyond the grid's z limit go in slices; views keep the strides, no copies.
+    for b0 in range(0, num_batch, _MAX_GRID_YZ):
+        xs, ys = x[b0:b0 + _MAX_GRID_YZ], out[b0:b0 + _MAX_GRID_YZ]
+        grid = (num_t_tiles, num_c_tiles, xs.shape[0])
+        _snake_beta_kernel[grid](
+            xs, a, b, ys,
+            num_channels, num_samples,
+            xs.stride(0), xs.stride(1),
+            ys.stride(0), ys.stride(1),
+            BLOCK_C=config.block_c, BLOCK_T=config.block_t, FAST_SIN=config.fast_sin,
+            num_warps=config.num_warps,
+        )
+    return out

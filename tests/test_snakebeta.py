@@ -1,0 +1,374 @@
+"""SnakeBeta: Triton kernel (CPU interpreter) vs the eager reference, launch heuristic, dispatcher fallbacks.
+
+triton.jit picks the interpreter when the kernel module is imported, so the kernel runs in a child
+process started with TRITON_INTERPRET=1 (`python tests/test_snakebeta.py --child DIR`): the parent
+writes the inputs, the child only runs the kernel and the dispatcher, and every comparison happens
+here in the parent.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kernels import snakebeta  # noqa: E402
+from kernels.snakebeta_config import MIN_ELEMS_PER_PROGRAM, SnakeConfig, choose_config  # noqa: E402
+from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log, storage_ulp  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Odd sizes: single element, rows shorter than any tile, B*C*T not a multiple of any block,
+# T one past a power of two, and the decoder's first stage (T = 4 per frame, C = 1536).
+SHAPES = [(1, 1, 1), (2, 3, 7), (3, 5, 1001), (1, 96, 4097), (2, 1536, 4), (4, 7, 33)]
+# (shape, (block_c, block_t, num_warps)) forced through the launcher: 1x1 tiles, tiles wider than C
+# or T, tiles shorter than the row (several time tiles per row), and a large 2-D tile. The interpreter
+# costs ~5 ms per program, so the 1x1 tile gets a small tensor.
+FORCED_CONFIGS = [
+    ((2, 3, 7), (1, 1, 1)),
+    ((3, 5, 1001), (8, 64, 1)),
+    ((3, 5, 1001), (1, 2048, 4)),
+    ((3, 5, 1001), (16, 64, 2)),
+    ((3, 5, 1001), (4, 256, 4)),
+    ((3, 5, 1001), (32, 128, 8)),
+]
+# The dispatcher's output is only compared with the kernel's, so the biggest cases are not run twice.
+MAX_DISPATCH_NUMEL = 100_000
+
+
+def _make_case(shape, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=gen) * 3.0).to(dtype)
+    # Log-space parameters in [-1, 1]: a and b in [0.37, 2.7].
+    alpha = torch.rand(shape[1], generator=gen) * 2 - 1
+    beta = torch.rand(shape[1], generator=gen) * 2 - 1
+    alpha_exp, inv_beta = snake_params_from_log(alpha, beta)
+    return x, alpha_exp, inv_beta
+
+
+def _all_cases():
+    cases = {}
+    for shape in SHAPES:
+        for dname, dtype in DTYPES.items():
+            cases[f"{dname}-{'x'.join(map(str, shape))}"] = _make_case(shape, dtype, seed=len(cases))
+    # |x * a| up to ~1e5: exercises the pi range reduction far from zero.
+    x, a, b = _make_case((2, 4, 300), torch.float32, seed=99)
+    cases["fp32-large-arg"] = (x / 3.0, a * 1e4, b)
+    return cases
+
+
+def _assert_matches_reference(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+    assert y.shape == x.shape and y.dtype == x.dtype
+    ref32 = snake_beta_reference(x.float(), a, b)
+    err = (y.float() - ref32).abs()
+    # The kernel reduces x*a by pi before sin: that adds <= ~2e-7 to sin(), so <= 6e-7 to sin^2, times
+    # b <= e (beta in [-1, 1]) -> ~1.7e-6; 4e-6 leaves room for the final fp32 rounding of y.
+    fp32_err = 4e-6
+    if x.dtype == torch.float32:
+        limit = fp32_err + 2 * storage_ulp(ref32, torch.float32)
+    else:
+        # One ulp of the storage dtype: GPU rounds to nearest (<= 0.5 ulp) and the interpreter
+        # truncates fp32 -> bf16 (< 1 ulp). Computing in bf16/fp16 instead of fp32 breaks this.
+        limit = fp32_err + storage_ulp(ref32, x.dtype)
+    bad = err > limit
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {err.numel()} elements off; worst err {err.max().item():.3g} "
+        f"at ref {ref32.flatten()[err.argmax()].item():.6g}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel under the Triton interpreter (child process)
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("snake_interp")
+    torch.save(_all_cases(), work_dir / "cases.pt")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{snakebeta.CPU_TRITON_ENV: "1"})
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
+        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
+    info = json.loads((work_dir / "info.json").read_text())
+    outputs = torch.load(work_dir / "outputs.pt")
+    return torch.load(work_dir / "cases.pt"), outputs, info
+
+
+@pytest.mark.parametrize("name", list(_all_cases()))
+def test_kernel_matches_reference(interpreted, name):
+    cases, outputs, info = interpreted
+    assert info["is_interpreting"], "the child must run the Triton interpreter, not a GPU kernel"
+    x, a, b = cases[name]
+    _assert_matches_reference(outputs[f"kernel/{name}"], x, a, b)
+
+
+@pytest.mark.parametrize("name", [n for n, (x, _, _) in _all_cases().items() if x.numel() <= MAX_DISPATCH_NUMEL])
+def test_dispatcher_uses_triton_when_forced(interpreted, name):
+    cases, outputs, info = interpreted
+    assert info["dispatcher_failure"] is None
+    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    # Same launcher, same config: the dispatcher must add nothing to the kernel's result.
+    assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"])
+
+
+def _forced_key(name, block):
+    return "forced/%s/c%dt%dw%d" % ((name,) + tuple(block))
+
+
+@pytest.mark.parametrize("shape, block", FORCED_CONFIGS, ids=lambda v: "x".join(map(str, v)))
+def test_every_tile_shape_is_correct(interpreted, shape, block):
+    cases, outputs, _ = interpreted
+    for dname in ("fp32", "bf16"):
+        name = f"{dname}-{'x'.join(map(str, shape))}"
+        x, a, b = cases[name]
+        _assert_matches_reference(outputs[_forced_key(name, block)], x, a, b)
+
+
+def test_strided_and_inplace_inputs(interpreted):
+    cases, outputs, _ = interpreted
+    x, a, b = cases["fp32-4x7x33"]
+    _assert_matches_reference(outputs["strided/time_slice"], x[:, :, 5:], a, b)
+    _assert_matches_reference(outputs["strided/batch_step"], x[::2], a, b)
+    _assert_matches_reference(outputs["strided/transposed"], x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
+    _assert_matches_reference(outputs["strided/inplace"], x, a, b)
+    assert outputs["strided/inplace_is_x"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch heuristic (pure Python)
+
+
+@pytest.mark.parametrize("shape", [(64, 1536, 100), (64, 768, 800), (64, 384, 4000),
+                                   (64, 192, 16000), (64, 96, 48000), (1, 1536, 8), (1, 1, 1)])
+@pytest.mark.parametrize("elem_bytes", [2, 4])
+def test_choose_config_is_valid(shape, elem_bytes):
+    num_batch, num_channels, num_samples = shape
+    cfg = choose_config(num_channels, num_samples, elem_bytes, num_batch=num_batch)
+    for size in (cfg.block_c, cfg.block_t, cfg.num_warps):
+        assert size >= 1 and size & (size - 1) == 0, cfg
+    assert cfg.block_c <= max(1, 2 * num_channels) and cfg.block_t <= max(1, 2 * num_samples)
+    assert 1 <= cfg.num_warps <= 8
+
+
+def test_choose_config_big_tiles_for_big_tensors_small_for_small():
+    big = choose_config(96, 48000, 2, num_batch=64)
+    assert big.block_elems > 1024, "large decoder tensors must not be capped at 1024 elements"
+    assert big.block_t == 2048 and big.fast_sin
+    # A batch-1 first chunk is latency bound: it must be spread over many programs.
+    small = choose_config(1536, 8, 2, num_batch=1)
+    assert small.block_elems == MIN_ELEMS_PER_PROGRAM < big.block_elems, small
+    assert not choose_config(96, 100, 4, is_cuda=False).fast_sin
+
+
+def test_choose_config_rejects_empty_sizes():
+    with pytest.raises(ValueError, match="positive sizes"):
+        choose_config(0, 10, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatcher fallbacks (in-process, no kernel runs)
+
+
+@pytest.fixture
+def fresh_dispatcher(monkeypatch):
+    monkeypatch.setattr(snakebeta, "_failure", None)
+    monkeypatch.setattr(snakebeta, "_launcher", None)
+    monkeypatch.delenv(snakebeta.CPU_TRITON_ENV, raising=False)
+    return monkeypatch
+
+
+class _CountingLauncher:
+    def __init__(self, error: Exception | None = None):
+        self.num_calls = 0
+        self.error = error
+
+    def __call__(self, x, alpha_exp, inv_beta):
+        self.num_calls += 1
+        if self.error is not None:
+            raise self.error
+        return snake_beta_reference(x, alpha_exp, inv_beta) + 1.0  # distinguishable from eager
+
+
+def test_cpu_uses_eager_without_touching_triton(fresh_dispatcher):
+    fresh_dispatcher.setattr(snakebeta, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=1)
+    assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
+
+
+def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
+    launcher = _CountingLauncher()
+    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
+    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=1)
+    assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b) + 1.0)
+    x64 = x.double()  # no kernel for fp64: eager, launcher untouched
+    assert torch.equal(snakebeta.snake_beta(x64, a, b), snake_beta_reference(x64, a, b))
+    assert launcher.num_calls == 1
+
+
+def test_grad_path_uses_eager_and_backprops(fresh_dispatcher):
+    launcher = _CountingLauncher()
+    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
+    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=2)
+    x.requires_grad_(True)
+    y = snakebeta.snake_beta(x, a, b)
+    assert launcher.num_calls == 0 and y.requires_grad
+    y.sum().backward()
+    # d/dx [x + b sin^2(a x)] = 1 + a b sin(2 a x)
+    expected = 1 + (a * b).view(1, -1, 1) * torch.sin(2 * a.view(1, -1, 1) * x.detach())
+    torch.testing.assert_close(x.grad, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        snakebeta.snake_beta(x, a, b)
+    assert launcher.num_calls == 1, "without grad mode the kernel must be used"
+
+
+def test_failure_is_logged_once_and_never_retried(fresh_dispatcher, caplog):
+    launcher = _CountingLauncher(RuntimeError("ptxas died"))
+    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
+    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=3)
+    with caplog.at_level(logging.WARNING, logger=snakebeta.__name__):
+        for _ in range(4):
+            assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
+    assert launcher.num_calls == 1
+    warnings = [r for r in caplog.records if r.name == snakebeta.__name__]
+    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
+    assert snakebeta.triton_failure() == "RuntimeError: ptxas died"
+    snakebeta.reset_triton_failure()
+    snakebeta.snake_beta(x, a, b)
+    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+
+
+def test_import_failure_is_recorded(fresh_dispatcher, caplog):
+    fresh_dispatcher.setitem(sys.modules, "kernels.snakebeta_triton", None)  # import raises ImportError
+    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    x, a, b = _make_case((1, 2, 9), torch.float32, seed=4)
+    with caplog.at_level(logging.WARNING, logger=snakebeta.__name__):
+        for _ in range(3):
+            assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
+    assert snakebeta.triton_failure().startswith("ModuleNotFoundError")
+    assert len([r for r in caplog.records if r.name == snakebeta.__name__]) == 1
+
+
+def test_real_launch_failure_falls_back(fresh_dispatcher):
+    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
+    from kernels import snakebeta_triton
+
+    if snakebeta_triton.is_interpreting():
+        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
+    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    x, a, b = _make_case((1, 4, 17), torch.bfloat16, seed=5)
+    assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
+    assert snakebeta.triton_failure() is not None
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda x, a, b: (x[0], a, b), r"shape \[B, C, T\]"),
+    (lambda x, a, b: (x, a[:-1], b), r"alpha_exp must have shape \[3\]"),
+    (lambda x, a, b: (x, a, b.view(1, 3)), r"inv_beta must have shape \[3\]"),
+])
+def test_bad_arguments_raise_value_error(fresh_dispatcher, bad, match):
+    x, a, b = _make_case((2, 3, 5), torch.float32, seed=6)
+    with pytest.raises(ValueError, match=match):
+        snakebeta.snake_beta(*bad(x, a, b))
+    assert snakebeta.triton_failure() is None, "bad input must not disable the kernel"
+
+
+@pytest.mark.parametrize("dtype, fast_sin", [("bf16", True), ("fp32", False)])
+def test_kernel_compiles_for_hopper(dtype, fast_sin):
+    """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the inline asm, the libdevice sin and
+    16-byte vector loads/stores when T is a multiple of 16, as the JIT specializes at run time."""
+    import re
+
+    from kernels import snakebeta_triton
+
+    if snakebeta_triton.is_interpreting():
+        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile
+
+    ints = ["num_channels", "num_samples", "x_stride_b", "x_stride_c", "y_stride_b", "y_stride_c"]
+    signature = {"x_ptr": f"*{dtype}", "a_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": f"*{dtype}",
+                 **{name: "i32" for name in ints},
+                 "BLOCK_C": "constexpr", "BLOCK_T": "constexpr", "FAST_SIN": "constexpr"}
+    divisible = [0, 1, 2, 3, 5, 6, 7, 8, 9]  # pointers, T and the strides: multiples of 16
+    source = ASTSource(snakebeta_triton._snake_beta_kernel, signature,
+                       {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin},
+                       {(i,): [["tt.divisibility", 16]] for i in divisible})
+    try:
+        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    except (RuntimeError, FileNotFoundError) as exc:
+        if "ptxas" in str(exc).lower():
+            pytest.skip(f"no ptxas in this triton install: {exc}")
+        raise
+    ptx = kernel.asm["ptx"]
+    assert kernel.asm["cubin"], "ptxas produced no cubin"
+    assert ("sin.approx.f32" in ptx) == fast_sin
+    assert re.search(r"ld\.global[^\n]*\.v4", ptx) and re.search(r"st\.global[^\n]*\.v4", ptx)
+
+
+def test_benchmark_smoke_runs(tmp_path):
+    out_path = tmp_path / "snake_smoke.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_snakebeta.py"), "--smoke", "--out", str(out_path)],
+        cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    report = json.loads(out_path.read_text())
+    assert report["smoke"] and report["triton"] and report["commit"]
+    assert {tuple(r["shape"]) for r in report["results"]} == {(2, 8, 40), (1, 4, 300)}
+    for row in report["results"]:
+        assert row["triton_max_ulp_err"] <= 1.0 and row["triton_ms"] > 0 and row["sweep"], row
+
+
+# ---------------------------------------------------------------------------------------------
+# Child process body
+
+
+def _run_child(work_dir: Path) -> None:
+    from kernels.snakebeta_triton import is_interpreting, snake_beta_triton
+
+    cases = torch.load(work_dir / "cases.pt")
+    outputs = {}
+    for name, (x, a, b) in cases.items():
+        outputs[f"kernel/{name}"] = snake_beta_triton(x, a, b)
+        if x.numel() <= MAX_DISPATCH_NUMEL:
+            outputs[f"dispatch/{name}"] = snakebeta.snake_beta(x, a, b)
+    for shape, block in FORCED_CONFIGS:
+        for dname in ("fp32", "bf16"):
+            name = f"{dname}-{'x'.join(map(str, shape))}"
+            x, a, b = cases[name]
+            cfg = SnakeConfig(block_c=block[0], block_t=block[1], num_warps=block[2], fast_sin=False)
+            outputs[_forced_key(name, block)] = snake_beta_triton(x, a, b, config=cfg)
+    x, a, b = cases["fp32-4x7x33"]
+    outputs["strided/time_slice"] = snake_beta_triton(x[:, :, 5:], a, b)
+    outputs["strided/batch_step"] = snake_beta_triton(x[::2], a, b)
+    outputs["strided/transposed"] = snake_beta_triton(x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
+    x_copy = x.clone()
+    outputs["strided/inplace"] = snake_beta_triton(x_copy, a, b, out=x_copy)
+    outputs["strided/inplace_is_x"] = outputs["strided/inplace"].data_ptr() == x_copy.data_ptr()
+    torch.save(outputs, work_dir / "outputs.pt")
+    info = {
+        "is_interpreting": is_interpreting(),
+        "dispatcher_failure": snakebeta.triton_failure(),
+        "dispatcher_loaded_launcher": snakebeta._launcher is not None,
+    }
+    (work_dir / "info.json").write_text(json.dumps(info))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _run_child(Path(sys.argv[2]))
+    else:
+        sys.exit("usage: test_snakebeta.py --child WORK_DIR (run by pytest)")
