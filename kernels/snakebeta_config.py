@@ -9,17 +9,18 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-# Longest time tile: rows longer than this are split along time. 2048 keeps the masked tail of the
-# last tile of a 48000-sample row under 2%.
-MAX_BLOCK_T = 2048
+# Longest time tile: rows longer than this are split along time. The H200 sweep (2026-11-22,
+# benchmarks/results/2026-11-22-snakebeta-h200.json) found t512 best or within 2% at every large
+# decoder shape, and 16 warps best for the wide 1536-channel stage.
+MAX_BLOCK_T = 512
 # Bytes of x one program reads: 16 KiB keeps enough loads in flight per SM to saturate HBM on
 # Hopper for a streaming kernel, while the grid still has thousands of programs at decoder sizes.
-BYTES_PER_PROGRAM = 16384
+BYTES_PER_PROGRAM = 8192
 # Never shrink a tile below this many elements when spreading small tensors over the SMs.
 MIN_ELEMS_PER_PROGRAM = 512
 # Bytes each thread handles: 32 bytes = two 16-byte vector loads per thread.
 BYTES_PER_THREAD = 32
-MAX_NUM_WARPS = 8
+MAX_NUM_WARPS = 16
 # Assumed SM count when the caller does not pass one (H100 SXM: 132, H200: 132).
 DEFAULT_NUM_SMS = 132
 # Small tensors are split until the grid has this many programs per SM (or tiles hit the minimum).

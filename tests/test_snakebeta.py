@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kernels import snakebeta  # noqa: E402
+from kernels import snakebeta, snakebeta_config  # noqa: E402
 from kernels.snakebeta_config import MIN_ELEMS_PER_PROGRAM, SnakeConfig, choose_config  # noqa: E402
 from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log, storage_ulp  # noqa: E402
 
@@ -157,13 +157,13 @@ def test_choose_config_is_valid(shape, elem_bytes):
     for size in (cfg.block_c, cfg.block_t, cfg.num_warps):
         assert size >= 1 and size & (size - 1) == 0, cfg
     assert cfg.block_c <= max(1, 2 * num_channels) and cfg.block_t <= max(1, 2 * num_samples)
-    assert 1 <= cfg.num_warps <= 8
+    assert 1 <= cfg.num_warps <= snakebeta_config.MAX_NUM_WARPS
 
 
 def test_choose_config_big_tiles_for_big_tensors_small_for_small():
     big = choose_config(96, 48000, 2, num_batch=64)
     assert big.block_elems > 1024, "large decoder tensors must not be capped at 1024 elements"
-    assert big.block_t == 2048 and big.fast_sin
+    assert big.block_t == snakebeta_config.MAX_BLOCK_T and big.fast_sin
     # A batch-1 first chunk is latency bound: it must be spread over many programs.
     small = choose_config(1536, 8, 2, num_batch=1)
     assert small.block_elems == MIN_ELEMS_PER_PROGRAM < big.block_elems, small
