@@ -1,0 +1,110 @@
+"""Static KV caches: the talker's per-slot cache and the code predictor's per-frame cache.
+
+The talker cache is allocated once: k/v [layers, max_slots, kv_heads, max_seq_len, head_dim].
+Requests own a slot; a slot's row holds positions 0..len-1. Views below bind one call's
+indexing (which slot rows, which positions) and implement `KVStore.update` for the layers.
+Every write/read uses device tensors for indices, so a decode step issues no host syncs and can
+be captured in a CUDA graph.
+
+Positions past a row's length may hold stale data (a right-padded batch prefill writes its
+padding there, a freed slot keeps its old rows). That is harmless: a query at position p writes
+key p before it reads, and never reads keys beyond p.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+class SlotKVCache:
+    def __init__(self, num_layers: int, max_slots: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        if max_slots < 1 or max_seq_len < 1:
+            raise ValueError(f"KV cache needs max_slots >= 1 and max_seq_len >= 1, got {max_slots}, {max_seq_len}")
+        shape = (num_layers, max_slots, num_kv_heads, max_seq_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_slots = max_slots
+        self.max_seq_len = max_seq_len
+        num_bytes = 2 * self.k.numel() * self.k.element_size()
+        logger.info("talker KV cache: %d slots x %d positions, %.1f MiB", max_slots, max_seq_len, num_bytes / 2**20)
+
+    def check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.max_slots:
+            raise ValueError(f"slot {slot} out of range [0, {self.max_slots})")
+
+    def check_span(self, end_position: int) -> None:
+        if end_position > self.max_seq_len:
+            raise ValueError(f"sequence of {end_position} positions exceeds the KV cache's max_seq_len {self.max_seq_len}")
+
+
+class SlotPrefillView:
+    """One or more slots written from the same start position: rows [B] take positions
+    start..start+L-1 (right-padded rows write their padding past their length)."""
+
+    def __init__(self, cache: SlotKVCache, slots: torch.Tensor, start: int, length: int):
+        self.cache, self.slots, self.start, self.end = cache, slots, start, start + length
+
+    def update(self, layer_idx, k, v):
+        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        if self.slots.numel() == 1 and self.start == 0:
+            # common case (one fresh prompt): attend over this call's keys, no cache read-back
+            k_layer[self.slots, :, : self.end] = k
+            v_layer[self.slots, :, : self.end] = v
+            return k, v
+        k_layer[self.slots, :, self.start:self.end] = k
+        v_layer[self.slots, :, self.start:self.end] = v
+        return k_layer[self.slots, :, : self.end], v_layer[self.slots, :, : self.end]
+
+
+class SlotDecodeView:
+    """One new position per row: row i writes position positions[i] of slot slots[i] and attends
+    over positions [0, context_len) of that slot (masked beyond its own position)."""
+
+    def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor, context_len: int):
+        self.cache, self.slots, self.positions, self.context_len = cache, slots, positions, context_len
+
+    def update(self, layer_idx, k, v):
+        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        # advanced indices around a slice put the index dim first: the value is [bs, kv_heads, head_dim]
+        k_layer[self.slots, :, self.positions] = k[:, :, 0]
+        v_layer[self.slots, :, self.positions] = v[:, :, 0]
+        # slicing before the gather copies only the context bucket, not all max_seq_len positions
+        k_ctx = k_layer[:, :, : self.context_len].index_select(0, self.slots)
+        v_ctx = v_layer[:, :, : self.context_len].index_select(0, self.slots)
+        return k_ctx, v_ctx
+
+
+def decode_mask(positions: torch.Tensor, context_len: int) -> torch.Tensor:
+    """bool [bs, 1, 1, context_len]: key j visible to row i iff j <= positions[i]."""
+    keys = torch.arange(context_len, device=positions.device)
+    return (keys[None, :] <= positions[:, None])[:, None, None, :]
+
+
+def causal_mask(start: int, length: int, device) -> torch.Tensor:
+    """bool [1, 1, length, start+length]: query i (at position start+i) sees keys 0..start+i."""
+    queries = torch.arange(start, start + length, device=device)
+    keys = torch.arange(start + length, device=device)
+    return (keys[None, :] <= queries[:, None])[None, None]
+
+
+class FrameKVCache:
+    """The code predictor's cache: it restarts every frame, so it is per batch row, not per slot,
+    and its length is the fixed 16 positions of one frame. Writes use Python-int offsets, which
+    are the same at every replay (the 15 predictor steps are unrolled)."""
+
+    def __init__(self, num_layers: int, batch_size: int, num_kv_heads: int, num_positions: int, head_dim: int,
+                 dtype: torch.dtype, device):
+        shape = (num_layers, batch_size, num_kv_heads, num_positions, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.offset = 0
+
+    def update(self, layer_idx, k, v):
+        end = self.offset + k.shape[2]
+        self.k[layer_idx, :, :, self.offset:end] = k
+        self.v[layer_idx, :, :, self.offset:end] = v
+        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]

@@ -1,0 +1,140 @@
+"""Building blocks of the Qwen3-style decoder stacks used by the talker and the code predictor.
+
+Parameter names mirror the official modules (`self_attn.q_proj`, `mlp.gate_proj`, ...) so the
+checkpoint loads with a strict name-for-name copy. Attention does not own a cache: the caller
+passes a `KVStore` view that writes this call's keys/values and returns everything to attend over,
+which is how one layer serves a slot prefill, a batched decode over the static slot cache and the
+code predictor's per-frame cache.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from talker_service.model.config import DecoderStackConfig
+
+
+class KVStore(Protocol):
+    def update(self, layer_idx: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k/v [B, kv_heads, L, head_dim]; return the keys/values to attend over [B, kv_heads, S, head_dim]."""
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # variance in fp32, cast back before the weight: the official op order, which matters in bf16
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_tables(head_dim: int, theta: float, num_positions: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [num_positions, head_dim] for NeoX (half-split) RoPE; computed in fp32, then cast,
+    like the official rotary module. A table lookup by position is one gather per step."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
+    positions = torch.arange(num_positions, device=device, dtype=torch.float32)
+    freqs = positions[:, None] * inv_freq[None, :]  # [P, head_dim/2]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, L, D]; cos/sin [B, L, D]."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """GQA without materialising repeated K/V.
+
+    q [B, H, L, D], k/v [B, KV, S, D], mask bool [B|1, 1, L, S] (True = attend) or None (all keys
+    visible). Query head h uses KV head h // (H/KV), so the H/KV query heads of one KV head are
+    folded into the query-length axis of a plain SDPA call.
+    """
+    batch, num_heads, q_len, head_dim = q.shape
+    num_kv = k.shape[1]
+    groups = num_heads // num_kv
+    if groups > 1:
+        q = q.reshape(batch, num_kv, groups * q_len, head_dim)
+        if mask is not None:
+            mask = mask.unsqueeze(2).expand(mask.shape[0], 1, groups, q_len, mask.shape[-1])
+            mask = mask.reshape(mask.shape[0], 1, groups * q_len, mask.shape[-1])
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.reshape(batch, num_heads, q_len, head_dim)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderStackConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, _ = x.shape
+        # per-head QK-norm comes before RoPE (facts §8.4)
+        q = self.q_norm(self.q_proj(x).view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        k_all, v_all = kv.update(self.layer_idx, k, v)
+        out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: DecoderStackConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """`layers.*` + final `norm` (names as in `talker.model` / `talker.code_predictor.model`)."""
+
+    def __init__(self, config: DecoderStackConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, L, hidden] -> post-final-norm hidden [B, L, hidden]."""
+        for layer in self.layers:
+            x = layer(x, cos, sin, kv, mask)
+        return self.norm(x)

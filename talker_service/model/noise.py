@@ -1,0 +1,50 @@
+"""Counter-based uniform noise: u = hash(seed, step, group, token) computed on device.
+
+A request's random draws must not depend on its batch mates or on the batch row it lands in, and
+the sampling must run inside a CUDA graph. A per-row torch.Generator satisfies neither, so every
+uniform is a pure function of (request seed, frame index, codebook group, token id). The hash is
+a 3-round xorshift-multiply mixer over 32-bit lanes held in int64; multipliers are odd and below
+2**31, so no product of a 32-bit lane overflows int64 (signed overflow would be
+implementation-defined on some backends).
+"""
+from __future__ import annotations
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+_MUL_A = 0x7FEB352D
+_MUL_B = 0x5BD1E995
+_TOKEN_SALT = 0x2545F491
+_GROUP_SALT = 0x68E31DA4
+# 23 random bits: (k + 0.5) / 2**23 is exact in fp32 and never reaches 0 or 1
+_UNIFORM_BITS = 23
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """Bijective mixer of 32-bit values stored in int64 (inputs must lie in [0, 2**32))."""
+    x = x ^ (x >> 16)
+    x = (x * _MUL_A) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * _MUL_B) & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * _MUL_A) & _MASK32
+    return x ^ (x >> 15)
+
+
+def row_keys(seeds: torch.Tensor, steps: torch.Tensor, group: int) -> torch.Tensor:
+    """int64 [bs] key per row from a non-negative 63-bit seed, the frame index and the group."""
+    key = mix32(seeds & _MASK32)
+    key = mix32(key ^ ((seeds >> 32) & _MASK32))
+    key = mix32(key ^ (steps & _MASK32))
+    return mix32(key ^ ((group * 0x9E3779B1 + _GROUP_SALT) & _MASK32))
+
+
+def uniform_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """float32 [bs, K] in (0, 1): keys [bs] int64, token_ids [bs, K] int64 (vocabulary ids)."""
+    bits = mix32(keys[:, None] ^ mix32((token_ids + _TOKEN_SALT) & _MASK32))
+    return ((bits >> (32 - _UNIFORM_BITS)).to(torch.float32) + 0.5) * (1.0 / (1 << _UNIFORM_BITS))
+
+
+def gumbel_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise [bs, K]: argmax(logits + noise) samples softmax(logits)."""
+    return -torch.log(-torch.log(uniform_for_tokens(keys, token_ids)))

@@ -1,0 +1,85 @@
+"""The code predictor (MTP sub-talker): 15 residual codebooks from the talker's hidden state.
+
+One frame: position 0 = projected talker hidden (post-norm), position 1 = projected talker codec
+embedding of c0; `lm_head[j]` at the last position gives codebook j+1, whose embedding
+`codec_embedding[j]` (talker width) is the next input. The cache restarts every frame, so it is
+a small [layers, bs, kv, 16, head_dim] buffer per call and the 15 steps are unrolled with static
+shapes: the whole frame is capturable in a CUDA graph.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from talker_service.model.config import CodePredictorConfig
+from talker_service.model.kv_cache import FrameKVCache, causal_mask
+from talker_service.model.layers import DecoderStack, rope_tables
+from talker_service.model.sampling import RowSampling, choose_tokens
+
+
+class PredictorStack(DecoderStack):
+    """`talker.code_predictor.model.*`: layers, norm and the 15 talker-width input embeddings."""
+
+    def __init__(self, config: CodePredictorConfig, talker_hidden_size: int):
+        super().__init__(config)
+        self.codec_embedding = nn.ModuleList(
+            nn.Embedding(config.vocab_size, talker_hidden_size) for _ in range(config.num_residual_groups)
+        )
+
+
+class CodePredictor(nn.Module):
+    def __init__(self, config: CodePredictorConfig, talker_hidden_size: int):
+        super().__init__()
+        self.config = config
+        self.model = PredictorStack(config, talker_hidden_size)
+        self.lm_head = nn.ModuleList(
+            nn.Linear(config.hidden_size, config.vocab_size, bias=False) for _ in range(config.num_residual_groups)
+        )
+        if config.hidden_size != talker_hidden_size:
+            self.small_to_mtp_projection = nn.Linear(talker_hidden_size, config.hidden_size, bias=True)
+        else:  # no tensors in the checkpoint (0.6B)
+            self.small_to_mtp_projection = nn.Identity()
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def init_runtime(self) -> None:
+        """Build derived tables on the module's device/dtype (call after loading weights)."""
+        weight = self.lm_head[0].weight
+        self._rope = rope_tables(self.config.head_dim, self.config.rope_theta, self.config.num_code_groups,
+                                 weight.dtype, weight.device)
+
+    def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
+                      seeds: torch.Tensor, steps: torch.Tensor, candidate_k: int | None = None,
+                      return_logits: bool = False):
+        """past_hidden, c0_embeds [bs, H_talker] -> codes int64 [bs, 15] (codebooks 1..15).
+
+        With return_logits also the raw logits float32 [bs, 15, vocab] that produced them.
+        """
+        if self._rope is None:
+            self.init_runtime()
+        cos_table, sin_table = self._rope
+        cfg = self.config
+        bs = past_hidden.shape[0]
+        dtype = self.lm_head[0].weight.dtype
+        cache = FrameKVCache(cfg.num_hidden_layers, bs, cfg.num_key_value_heads, cfg.num_code_groups, cfg.head_dim,
+                             dtype, past_hidden.device)
+        x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
+        mask = causal_mask(0, 2, x.device)
+        codes, all_logits = [], []
+        for group in range(1, cfg.num_code_groups):
+            start = 0 if group == 1 else group
+            length = x.shape[1]
+            cache.offset = start
+            cos = cos_table[start:start + length].expand(bs, length, -1)
+            sin = sin_table[start:start + length].expand(bs, length, -1)
+            hidden = self.model.run(x, cos, sin, cache, mask)[:, -1]  # [bs, Hp]
+            logits = self.lm_head[group - 1](hidden).float()  # [bs, vocab]
+            code = choose_tokens(logits, rows, seeds, steps, group, candidate_k)
+            codes.append(code)
+            if return_logits:
+                all_logits.append(logits)
+            if group < cfg.num_residual_groups:
+                # codebook `group` is embedded by table group-1 and fed at position group+1
+                x = self.small_to_mtp_projection(self.model.codec_embedding[group - 1](code))[:, None]
+                mask = None  # one query at the newest position sees every cached key
+        codes = torch.stack(codes, dim=1)
+        return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes

@@ -1,0 +1,171 @@
+"""Per-request sampling parameters and batched, graph-capturable token selection.
+
+Codebook 0 (talker) follows the official HF processor order (facts §3.4, §8.9):
+repetition penalty on past c0 tokens -> EOS masked before `min_new_tokens` samplings ->
+suppressed ids [vocab-1024, vocab) except EOS -> temperature -> top-k -> top-p -> sample.
+The code predictor uses its own temperature/top-k/top-p and none of the masks.
+
+Every parameter is a per-row tensor, so one batch mixes requests with different settings, and
+the random draw of a row is Gumbel noise hashed from (seed, step, group, token id)
+(`noise.py`): the same request samples the same tokens whatever shares its batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from talker_service.model.noise import gumbel_for_tokens, row_keys
+
+_MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.9
+    top_k: int = 50  # 0 = no top-k filter
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    do_sample: bool = True
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+    subtalker_dosample: bool = True
+    min_new_tokens: int = 2
+    max_new_tokens: int = 8192
+    seed: int | None = None  # None: a random seed is drawn here, so every request has one to report
+
+    def __post_init__(self):
+        if self.seed is None:
+            object.__setattr__(self, "seed", secrets.randbits(63))
+        for prefix, temperature, top_k, top_p, do_sample in (
+            ("", self.temperature, self.top_k, self.top_p, self.do_sample),
+            ("subtalker_", self.subtalker_temperature, self.subtalker_top_k, self.subtalker_top_p, self.subtalker_dosample),
+        ):
+            if do_sample and not temperature > 0:
+                raise ValueError(f"{prefix}temperature must be > 0 when sampling, got {temperature}")
+            if top_k < 0:
+                raise ValueError(f"{prefix}top_k must be >= 0 (0 disables it), got {top_k}")
+            if not 0.0 < top_p <= 1.0:
+                raise ValueError(f"{prefix}top_p must be in (0, 1], got {top_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.min_new_tokens < 0:
+            raise ValueError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed <= _MAX_SEED:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+
+    @classmethod
+    def from_generation_config(cls, generation_config: dict, **overrides) -> "SamplingParams":
+        """Official precedence: explicit override > generation_config.json > hard default.
+        Overrides set to None fall through to the JSON value."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(f"unknown sampling parameter(s) {unknown}; valid: {sorted(names)}")
+        values = {k: v for k, v in generation_config.items() if k in names}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class RowSampling:
+    """Warper settings per batch row (all [bs])."""
+
+    temperature: torch.Tensor  # float32
+    top_k: torch.Tensor  # int64, 0 = off
+    top_p: torch.Tensor  # float32
+    do_sample: torch.Tensor  # bool
+
+    @classmethod
+    def from_params(cls, params: list[SamplingParams], device, subtalker: bool = False) -> "RowSampling":
+        p = "subtalker_" if subtalker else ""
+        return cls(
+            temperature=torch.tensor([getattr(x, p + "temperature") for x in params], dtype=torch.float32, device=device),
+            top_k=torch.tensor([getattr(x, p + "top_k") for x in params], dtype=torch.int64, device=device),
+            top_p=torch.tensor([getattr(x, p + "top_p") for x in params], dtype=torch.float32, device=device),
+            do_sample=torch.tensor([getattr(x, "subtalker_dosample" if subtalker else "do_sample") for x in params],
+                                   dtype=torch.bool, device=device),
+        )
+
+
+def penalize_and_mask(logits: torch.Tensor, history: torch.Tensor, penalty: torch.Tensor, num_sampled: torch.Tensor,
+                      min_new_tokens: torch.Tensor, eos_id: int, suppressed: torch.Tensor) -> torch.Tensor:
+    """Codebook-0 processors before the warpers.
+
+    logits [bs, V] float32; history bool [bs, V] (c0 tokens this request already generated);
+    penalty [bs]; num_sampled [bs] c0 samplings done before this one; min_new_tokens [bs];
+    suppressed bool [V] (EOS must be False in it).
+    """
+    penalty = penalty[:, None]
+    penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
+    logits = torch.where(history, penalized, logits)
+    vocab = torch.arange(logits.shape[-1], device=logits.device)
+    eos_blocked = (num_sampled < min_new_tokens)[:, None] & (vocab == eos_id)[None, :]
+    return logits.masked_fill(eos_blocked | suppressed[None, :], float("-inf"))
+
+
+def _candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Warped logits of the best candidates, sorted descending: (values [bs, K], token ids [bs, K]).
+
+    With candidate_k=None every token is a candidate (full sort, exact for any top_k). With a
+    static candidate_k the sort is a top-k of that size, exact when every sampling row has
+    1 <= top_k <= candidate_k (the caller guarantees it; `check_candidate_k` helps).
+    """
+    vocab = logits.shape[-1]
+    # greedy rows keep temperature 1 so a 0 sent with do_sample=False cannot divide by zero
+    temperature = torch.where(rows.do_sample, rows.temperature, torch.ones_like(rows.temperature))
+    scaled = logits / temperature[:, None]
+    if candidate_k is None or candidate_k >= vocab:
+        values, token_ids = torch.sort(scaled, dim=-1, descending=True)
+    else:
+        values, token_ids = torch.topk(scaled, candidate_k, dim=-1)
+    num = values.shape[-1]
+    # top-k keeps everything >= the k-th value (ties included, as HF does); 0 = off
+    k = torch.where(rows.top_k > 0, rows.top_k, torch.full_like(rows.top_k, vocab)).clamp(1, num)
+    kth = values.gather(1, (k - 1)[:, None])
+    values = values.masked_fill(values < kth, float("-inf"))
+    # top-p in HF form: cumulative mass summed from the least likely token; drop where it is
+    # <= 1 - top_p, always keep the best. Rows with top_p >= 1 skip it (HF does not add it).
+    probs = values.softmax(dim=-1)
+    mass_from_tail = probs.flip(-1).cumsum(-1).flip(-1)
+    drop = (mass_from_tail <= (1.0 - rows.top_p)[:, None]) & (rows.top_p < 1.0)[:, None]
+    drop[:, 0].fill_(False)
+    return values.masked_fill(drop, float("-inf")), token_ids
+
+
+def warp_logits(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None = None) -> torch.Tensor:
+    """[bs, V] logits after temperature/top-k/top-p, -inf where filtered (for tests and debugging)."""
+    values, token_ids = _candidates(logits, rows, candidate_k)
+    out = torch.full_like(logits, float("-inf"))
+    return out.scatter(1, token_ids, values)
+
+
+def choose_tokens(logits: torch.Tensor, rows: RowSampling, seeds: torch.Tensor, steps: torch.Tensor, group: int,
+                  candidate_k: int | None = None) -> torch.Tensor:
+    """int64 [bs]: argmax for greedy rows, a seeded sample of the warped distribution otherwise.
+
+    logits [bs, V] float32 after `penalize_and_mask` (codebook 0) or raw (residual groups);
+    seeds/steps [bs] int64; group = codebook index (0..15), part of the noise key.
+    """
+    logits = logits.float()
+    greedy = logits.argmax(dim=-1)
+    values, token_ids = _candidates(logits, rows, candidate_k)
+    noise = gumbel_for_tokens(row_keys(seeds, steps, group), token_ids)
+    pick = (values + noise).argmax(dim=-1, keepdim=True)
+    sampled = token_ids.gather(1, pick)[:, 0]
+    return torch.where(rows.do_sample, sampled, greedy)
+
+
+def check_candidate_k(params: list[SamplingParams], candidate_k: int | None) -> None:
+    """Refuse requests that a truncated candidate set would sample wrongly."""
+    if candidate_k is None:
+        return
+    for x in params:
+        for name, k, sample in (("top_k", x.top_k, x.do_sample), ("subtalker_top_k", x.subtalker_top_k, x.subtalker_dosample)):
+            if sample and not 1 <= k <= candidate_k:
+                raise ValueError(f"{name}={k} is not supported by this server (must be in [1, {candidate_k}])")
