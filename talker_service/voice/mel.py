@@ -1,0 +1,64 @@
+"""Log-mel front end of the speaker encoder, with the official parameters.
+
+The x-vector is only as good as this match: the speaker encoder was trained on exactly these
+features (reflect pad by (n_fft - hop)/2 then a non-centred STFT, +1e-9 inside the magnitude sqrt,
+slaney mel filters up to 12 kHz, natural log floored at 1e-5). The filterbank comes from librosa,
+as in the reference; the STFT is torch's.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+SPEAKER_SAMPLE_RATE_HZ = 24000
+N_FFT = 1024
+WIN_LENGTH = 1024
+HOP_LENGTH = 256
+NUM_MELS = 128
+FMIN_HZ = 0
+FMAX_HZ = 12000
+_MAGNITUDE_EPS = 1e-9
+_LOG_FLOOR = 1e-5
+
+
+def mel_filterbank(sample_rate_hz: int = SPEAKER_SAMPLE_RATE_HZ, num_mels: int = NUM_MELS) -> torch.Tensor:
+    """Slaney-normalised mel filters [num_mels, n_fft/2 + 1] (float32)."""
+    import librosa  # imported here: only the cloning path needs librosa
+
+    filters = librosa.filters.mel(sr=sample_rate_hz, n_fft=N_FFT, n_mels=num_mels, fmin=FMIN_HZ, fmax=FMAX_HZ)
+    return torch.from_numpy(filters).float()
+
+
+class LogMelSpectrogram(torch.nn.Module):
+    """audio [B, N] at 24 kHz (float) -> log-mel [B, num_mels, N // 256] (float32)."""
+
+    def __init__(self, num_mels: int = NUM_MELS) -> None:
+        super().__init__()
+        # derived, never loaded: non-persistent so checkpoints need not carry them
+        self.register_buffer("filters", mel_filterbank(num_mels=num_mels), persistent=False)
+        self.register_buffer("window", torch.hann_window(WIN_LENGTH), persistent=False)
+
+    @property
+    def min_num_samples(self) -> int:
+        # reflect padding needs more input samples than the pad width
+        return (N_FFT - HOP_LENGTH) // 2 + 1
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        if audio.dim() != 2:
+            raise ValueError(f"audio must be [batch, samples], got shape {tuple(audio.shape)}")
+        if audio.shape[1] < self.min_num_samples:
+            raise ValueError(f"audio has {audio.shape[1]} samples; the mel front end needs at least {self.min_num_samples}")
+        audio = audio.float()
+        pad = (N_FFT - HOP_LENGTH) // 2
+        padded = F.pad(audio.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)   # [B, N + 768]
+        spec = torch.stft(
+            padded, N_FFT, hop_length=HOP_LENGTH, win_length=WIN_LENGTH, window=self.window,
+            center=False, normalized=False, onesided=True, return_complex=True,
+        )                                                                            # [B, 513, frames]
+        magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + _MAGNITUDE_EPS)
+        mel = torch.matmul(self.filters, magnitude)                                  # [B, num_mels, frames]
+        return torch.log(torch.clamp(mel, min=_LOG_FLOOR))
