@@ -33,6 +33,18 @@ class EngineError(Exception):
 
 
 @dataclass
+class ChunkTiming:
+    """Where one chunk's time went; times are on the engine clock (seconds)."""
+
+    oldest_frame_s: float    # arrival of the chunk's oldest frame (chunk latency starts here)
+    newest_frame_s: float    # the request's latest frames arrival before the decode
+    decode_start_s: float
+    decode_ms: float         # wall time of the batched runner call (perf_counter)
+    batch_size: int          # real rows of that call
+    is_graph: bool           # the runner replayed a captured CUDA graph
+
+
+@dataclass
 class PcmOut:
     request_id: str
     reply_to: str | None
@@ -40,6 +52,8 @@ class PcmOut:
     sample_offset: int
     pcm: np.ndarray          # [n] float32 at sample_rate_hz
     is_final: bool
+    num_frames: int = 0
+    timing: ChunkTiming | None = None   # None for an empty closing chunk
 
 
 @dataclass
@@ -80,8 +94,12 @@ class VocoderEngine:
         logger.debug("request %s opened in slot %d", request_id, slot)
 
     def add_frames(self, request_id: str, seq: int, codes: np.ndarray, *, is_context: bool = False,
-                   is_final: bool = False) -> None:
-        """Append frames [n,16] (n may be 0 for a bare final marker) carrying sequence number `seq`."""
+                   is_final: bool = False, num_context_frames: int = 0) -> None:
+        """Append frames [n,16] (n may be 0 for a bare final marker) carrying sequence number `seq`.
+
+        The first `num_context_frames` rows (all rows with `is_context`) only prime the decoder
+        state; one wire entry may carry the last context rows followed by the first audio rows.
+        """
         stream = self.streams.get(request_id)
         if stream is None:
             raise EngineError("NOT_FOUND", f"frames for unknown request {request_id!r}")
@@ -95,25 +113,28 @@ class VocoderEngine:
         if stream.ended:
             raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: frames after the final frames")
         codes = self._validate_codes(request_id, codes)
-        if is_context and (stream.num_pending or stream.num_chunks_emitted):
+        num_context = len(codes) if is_context else num_context_frames
+        if not 0 <= num_context <= len(codes):
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: num_context_frames {num_context} not in [0, {len(codes)}]")
+        context, codes = codes[:num_context], codes[num_context:]
+        if num_context and (stream.num_pending or stream.num_chunks_emitted):
             raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: context frames must come before audio frames")
-        if is_context and stream.num_context_pending + len(codes) > self.config.max_context_frames:
+        if num_context and stream.num_context_pending + num_context > self.config.max_context_frames:
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: more than {self.config.max_context_frames} context frames")
-        if not is_context and stream.num_pending + len(codes) > self.config.max_pending_frames:
+        if stream.num_pending + len(codes) > self.config.max_pending_frames:
             self._fail(stream, "RESOURCE_EXHAUSTED", f"request {request_id!r}: more than {self.config.max_pending_frames} undecoded frames buffered")
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r}: vocoder buffer full")
         now = self.clock()
         stream.next_seq += 1
         stream.last_activity_s = now
+        if num_context:
+            stream.context.append(context)
+            stream.num_context_pending += num_context
         if len(codes):
-            if is_context:
-                stream.context.append(codes)
-                stream.num_context_pending += len(codes)
-            else:
-                stream.pending.append(codes)
-                if stream.num_pending == 0:
-                    stream.oldest_pending_s = now
-                stream.num_pending += len(codes)
+            stream.pending.append(codes)
+            if stream.num_pending == 0:
+                stream.oldest_pending_s = now
+            stream.num_pending += len(codes)
         if is_final:
             stream.ended = True
 
@@ -127,6 +148,11 @@ class VocoderEngine:
         self.stats["aborted"] += 1
         logger.info("request %s aborted: %s", request_id, reason)
         return True
+
+    def fail(self, request_id: str, code: str, message: str) -> ErrorOut | None:
+        """End a live request with an error (e.g. the server rejected one of its messages); None if not live."""
+        stream = self.streams.get(request_id)
+        return None if stream is None else self._fail(stream, code, message)
 
     def expire(self) -> list[ErrorOut]:
         """Fail requests whose talker has been silent past the timeout (the talker probably died)."""
@@ -159,10 +185,10 @@ class VocoderEngine:
     def has_work(self) -> bool:
         return bool(self.ready_rows())
 
-    def step(self) -> list[PcmOut]:
-        """Decode every ready chunk once (one or more batches); return the PCM to send."""
+    def step(self) -> list[PcmOut | ErrorOut]:
+        """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
         rows = self.ready_rows()
-        out: list[PcmOut] = []
+        out: list[PcmOut | ErrorOut] = []
         empty = [r for r in rows if r.num_frames == 0]
         for row in empty:
             out.append(self._emit(self.streams[row.request_id], np.zeros(0, np.float32), True))
@@ -171,13 +197,15 @@ class VocoderEngine:
             out.extend(self._run_batch(batch))
         return out
 
-    def _run_batch(self, batch: PlannedBatch) -> list[PcmOut]:
+    def _run_batch(self, batch: PlannedBatch) -> list[PcmOut | ErrorOut]:
         t, spf = batch.frames_bucket, self.config.samples_per_frame
         codes = np.zeros((batch.batch_size, NUM_CODE_GROUPS, t), dtype=np.int64)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
         slots = np.zeros(batch.batch_size, dtype=np.int64)
+        arrivals: list[tuple[float, float]] = []
         for i, row in enumerate(batch.rows):
             stream = self.streams[row.request_id]
+            arrivals.append((stream.oldest_pending_s or stream.last_activity_s, stream.last_activity_s))
             if row.emit:
                 frames = stream.take("pending", "num_pending", row.num_frames)
                 stream.oldest_pending_s = self.clock() if stream.num_pending else None
@@ -186,19 +214,31 @@ class VocoderEngine:
             codes[i, :, : row.num_frames] = frames.T
             lengths[i] = row.num_frames
             slots[i] = stream.slot
-        pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf]
+        decode_start_s, started = self.clock(), time.perf_counter()
+        try:
+            pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf]
+        except Exception as exc:  # a device or runner fault: fail this batch's requests, keep serving the rest
+            logger.exception("decode of a batch of %d x %d frames failed", batch.batch_size, t)
+            return [self._fail(self.streams[row.request_id], "INTERNAL", f"request {row.request_id!r}: decode failed: "
+                               f"{type(exc).__name__}: {exc}") for row in batch.rows]
+        decode_ms = (time.perf_counter() - started) * 1e3
+        is_graph = bool(getattr(self.runner, "last_step_is_graph", False))
         self.stats["decode_calls"] += 1
-        out = []
+        out: list[PcmOut | ErrorOut] = []
         for i, row in enumerate(batch.rows):
             stream = self.streams[row.request_id]
             stream.num_frames_decoded += row.num_frames
             self.stats["frames_decoded"] += row.num_frames
             if row.emit:
-                out.append(self._emit(stream, np.asarray(pcm[i, : row.num_frames * spf], dtype=np.float32), row.is_final))
+                timing = ChunkTiming(*arrivals[i], decode_start_s, decode_ms, batch.batch_size, is_graph)
+                out.append(self._emit(stream, np.asarray(pcm[i, : row.num_frames * spf], dtype=np.float32),
+                                      row.is_final, row.num_frames, timing))
         return out
 
-    def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool) -> PcmOut:
-        chunk = PcmOut(stream.request_id, stream.reply_to, stream.pcm_seq, stream.num_samples_emitted, pcm, is_final)
+    def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool, num_frames: int = 0,
+              timing: ChunkTiming | None = None) -> PcmOut:
+        chunk = PcmOut(stream.request_id, stream.reply_to, stream.pcm_seq, stream.num_samples_emitted, pcm,
+                       is_final, num_frames, timing)
         stream.pcm_seq += 1
         stream.num_chunks_emitted += 1
         stream.num_samples_emitted += len(pcm)

@@ -1,0 +1,197 @@
+"""Helpers of the vocoder tests: a real vocoder process on loopback, a talker stand-in that drives
+it over ZeroMQ, and the offline reference decode.
+
+No tests here. Every wait has a deadline; the process is killed in the fixture's finally.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+
+from protos import wire
+from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def one_cpu_thread():
+    """One intra-op thread: on a loaded 2-core box OpenMP spinning makes a tiny step ~50x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def offline_pcm(model, codes: np.ndarray) -> np.ndarray:
+    """Code2Wav.decode of a whole utterance: codes [n, 16] -> pcm [n * 1920]."""
+    return model.decode(torch.from_numpy(np.ascontiguousarray(codes.T[None], dtype=np.int64)))[0].numpy()
+
+
+def random_codes(seed: int, num_frames: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2048, (num_frames, 16))
+
+
+class VocoderProcess:
+    def __init__(self, work_dir: Path, args: list[str]) -> None:
+        self.ready_file = work_dir / "vocoder.ready.json"
+        self.log_path = work_dir / "vocoder.log"
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vocoder_service", "--ready-file", str(self.ready_file), *args],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        self.info: dict = {}
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vocoder exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self.ready_file.exists():
+                self.info = json.loads(self.ready_file.read_text())
+                return self.info
+            time.sleep(0.05)
+        raise TimeoutError(f"vocoder not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, num_chars: int = 4000) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+
+def entry(request_id: str, seq: int, num_frames: int, *, context: int = 0, final: bool = False,
+          reply_to: str = "", summary: vocoder_pb2.GenerationSummary | None = None) -> vocoder_pb2.FramesEntry:
+    out = vocoder_pb2.FramesEntry(request_id=request_id, seq=seq, num_frames=num_frames,
+                                  num_context_frames=context, is_final=final, reply_to=reply_to)
+    if summary is not None:
+        out.summary.CopyFrom(summary)
+    return out
+
+
+@dataclass
+class Received:
+    """What the gateway side got for one request."""
+
+    chunks: list = field(default_factory=list)     # PcmChunk headers
+    pcm: list = field(default_factory=list)        # float32 arrays
+    error: common_pb2.Error | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self.error is not None or bool(self.chunks and self.chunks[-1].is_final)
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self.pcm) if self.pcm else np.zeros(0, np.float32)
+
+
+class TalkerStandIn:
+    """A DEALER to the vocoder's ROUTER (the talker side) plus a PULL playing the gateway."""
+
+    def __init__(self, codes_endpoint: str, name: str = "talker-under-test") -> None:
+        self.name = name
+        self.context = zmq.Context()
+        self.dealer = self.context.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.connect(codes_endpoint)
+        self.gateway = self.context.socket(zmq.PULL)
+        self.gateway.setsockopt(zmq.LINGER, 0)
+        self.reply_to = f"tcp://127.0.0.1:{self.gateway.bind_to_random_port('tcp://127.0.0.1')}"
+        self.last_load: common_pb2.Load | None = None
+        self.vocoder_draining = False
+        self.num_heartbeats = 0
+        self.received: dict[str, Received] = {}
+        self.send(wire.MessageType.HEARTBEAT, common_pb2.Heartbeat(peer_id=name, role=common_pb2.PEER_ROLE_TALKER,
+                                                                   interval_ms=200))
+
+    def send(self, msg_type: wire.MessageType, header, array: np.ndarray | None = None) -> None:
+        self.dealer.send_multipart(wire.encode(msg_type, header, array), copy=False)
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        self.dealer.send_multipart(frames)
+
+    def send_frames(self, entries: list[tuple[vocoder_pb2.FramesEntry, np.ndarray]]) -> None:
+        """One FramesChunk; each entry's rows are placed back to back (row_offset filled here)."""
+        chunk = vocoder_pb2.FramesChunk(talker_id=self.name)
+        rows, offset = [], 0
+        for e, codes in entries:
+            e.row_offset = offset
+            offset += len(codes)
+            rows.append(np.asarray(codes, dtype=np.int16).reshape(-1, 16))
+            chunk.entries.append(e)
+        self.send(wire.MessageType.FRAMES, chunk, np.concatenate(rows) if rows else np.zeros((0, 16), np.int16))
+
+    def next_from_vocoder(self, msg_type: wire.MessageType, timeout_s: float):
+        """Next message of `msg_type` on the DEALER (heartbeats are recorded on the way)."""
+        deadline = time.monotonic() + timeout_s
+        while (left_ms := int((deadline - time.monotonic()) * 1e3)) > 0:
+            if not self.dealer.poll(left_ms):
+                break
+            got_type, header, _ = wire.decode(self.dealer.recv_multipart())
+            if got_type == wire.MessageType.HEARTBEAT:
+                self.last_load = header.load
+                self.num_heartbeats += 1
+            if got_type == msg_type:
+                return header
+        raise TimeoutError(f"no {msg_type.name} from the vocoder within {timeout_s} s")
+
+    def drain_gateway(self) -> None:
+        """Gateway side, non-blocking: file every PCM/ERROR already received under its request id."""
+        while self.gateway.poll(0):
+            msg_type, header, array = wire.decode(self.gateway.recv_multipart())
+            got = self.received.setdefault(header.request_id, Received())
+            if msg_type == wire.MessageType.ERROR:
+                got.error = header
+            else:
+                got.chunks.append(header)
+                got.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
+
+    def is_done(self, request_id: str) -> bool:
+        self.drain_gateway()
+        return request_id in self.received and self.received[request_id].is_done
+
+    def collect(self, request_ids: list[str], timeout_s: float) -> dict[str, Received]:
+        """Gateway side: read PCM/ERROR until every listed request is done (final chunk or error)."""
+        deadline = time.monotonic() + timeout_s
+        while not all(self.is_done(rid) for rid in request_ids):
+            left_ms = int((deadline - time.monotonic()) * 1e3)
+            if left_ms <= 0:
+                raise TimeoutError(f"gateway side incomplete after {timeout_s} s: "
+                                   f"{ {rid: self.received.get(rid) for rid in request_ids} }")
+            self.gateway.poll(left_ms)
+        return {rid: self.received[rid] for rid in request_ids}
+
+    def drain_dealer(self) -> list:
+        """Talker side, non-blocking: every message received so far (heartbeats also update last_load)."""
+        out = []
+        while self.dealer.poll(0):
+            msg_type, header, _ = wire.decode(self.dealer.recv_multipart())
+            if msg_type == wire.MessageType.HEARTBEAT:
+                self.last_load = header.load
+                self.num_heartbeats += 1
+                self.vocoder_draining = header.is_draining
+            out.append((msg_type, header))
+        return out
+
+    def close(self) -> None:
+        self.dealer.close(linger=0)
+        self.gateway.close(linger=0)
+        self.context.term()

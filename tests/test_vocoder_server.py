@@ -1,0 +1,151 @@
+"""The vocoder server loop in-process (real sockets on loopback, the test thread pumps the loop).
+
+Covers the paths a subprocess test cannot steer: a gateway that stops reading, draining on stop,
+talkers interfering with each other's requests, and route/slot bookkeeping over many requests.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from checkpoint.files import resolve_model_dir
+from protos import wire
+from protos.tts.internal.v1 import common_pb2
+from test_vocoder_process_support import TalkerStandIn, entry, one_cpu_thread, random_codes
+from vocoder_service.runner import DecoderRunner
+from vocoder_service.server.config import VocoderServiceConfig
+from vocoder_service.server.loop import VocoderServer
+
+WAIT_S = 20.0
+SPF = 1920
+
+
+@pytest.fixture(scope="module")
+def runner_factory():
+    model_dir = resolve_model_dir("tiny")
+    with one_cpu_thread():
+        yield lambda max_slots: DecoderRunner.from_pretrained(model_dir, max_slots)
+
+
+@pytest.fixture
+def server_and_talkers(runner_factory):
+    """make(**config overrides) -> (server, [talker, ...]); everything is closed afterwards."""
+    made = []
+
+    def make(num_talkers: int = 1, **overrides):
+        settings = dict(bind="tcp://127.0.0.1:*", max_slots=2, first_chunk_frames=2, steady_chunk_frames=4,
+                        max_wait_ms=20.0, heartbeat_interval_ms=100, drain_timeout_s=0.3, use_graphs=False)
+        settings.update(overrides)
+        config = VocoderServiceConfig(**settings)
+        server = VocoderServer(config, runner_factory(config.max_slots), "tiny")
+        talkers = [TalkerStandIn(server.endpoint, name=f"talker-{i}") for i in range(num_talkers)]
+        made.append((server, talkers))
+        pump(server, lambda: len(server.peers) == num_talkers)
+        return server, talkers
+
+    yield make
+    for server, talkers in made:
+        for talker in talkers:
+            talker.close()
+        if not server.context.closed:
+            server.close()
+
+
+def pump(server: VocoderServer, until, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        server.run_once()
+
+
+def error_for(server: VocoderServer, talker: TalkerStandIn, request_id: str) -> common_pb2.Error:
+    """Pump the loop until `talker` holds an ERROR about `request_id`."""
+    found = []
+
+    def arrived() -> bool:
+        found.extend(h for t, h in talker.drain_dealer() if t == wire.MessageType.ERROR and h.request_id == request_id)
+        return bool(found)
+
+    pump(server, arrived)
+    return found[0]
+
+
+
+def test_a_gateway_that_stops_reading_fails_only_its_request(server_and_talkers):
+    server, [talker] = server_and_talkers(pcm_snd_hwm=1)
+    dead_gateway = "tcp://127.0.0.1:1"   # nothing listens: the PUSH queues one message, then EAGAIN
+    # 10 frames -> chunks of 2, 4, 4: the second fails, and the third must never be attempted.
+    talker.send_frames([(entry("stuck", 0, 10, reply_to=dead_gateway, final=True), random_codes(0, 10)),
+                        (entry("fine", 0, 6, reply_to=talker.reply_to, final=True), random_codes(1, 6))])
+    error = error_for(server, talker, "stuck")
+    assert error.code == common_pb2.STATUS_CODE_UNAVAILABLE and "not sent" in error.message
+    pump(server, lambda: talker.is_done("fine"))
+    assert talker.received["fine"].error is None and talker.received["fine"].audio().shape == (6 * SPF,)
+    assert server.engine.num_active == 0 and not server.intake.routes
+    assert server.stats.num_pcm_send_failures == 1
+
+
+def test_stop_drains_live_streams_then_fails_the_rest(server_and_talkers):
+    server, [talker] = server_and_talkers()
+    talker.send_frames([(entry("finishing", 0, 2, reply_to=talker.reply_to), random_codes(0, 4)[:2]),
+                        (entry("stalled", 0, 2, reply_to=talker.reply_to), random_codes(1, 2))])
+    pump(server, lambda: server.engine.num_active == 2)
+    server.request_stop()
+    assert not server.should_exit()                        # draining starts, streams are live
+    talker.send_frames([(entry("late", 0, 1, reply_to=talker.reply_to), random_codes(0, 1))])
+    talker.send_frames([(entry("finishing", 1, 2, final=True), random_codes(0, 4)[2:])])
+    refused = error_for(server, talker, "late")
+    assert refused.code == common_pb2.STATUS_CODE_UNAVAILABLE and "draining" in refused.message
+    talker.drain_dealer()
+    assert talker.vocoder_draining                         # the heartbeat sent at drain start says so
+    pump(server, lambda: talker.is_done("finishing"))
+    while not server.should_exit():                        # "stalled" never ends: the drain times out
+        server.run_once()
+    assert time.monotonic() - server.draining_since_s >= server.config.drain_timeout_s
+    server.close()
+    at_gateway = talker.collect(["finishing", "stalled"], WAIT_S)
+    assert at_gateway["finishing"].error is None and at_gateway["finishing"].chunks[-1].is_final
+    assert at_gateway["stalled"].error.code == common_pb2.STATUS_CODE_UNAVAILABLE
+
+
+def test_talkers_cannot_touch_each_others_requests(server_and_talkers):
+    server, [owner, other] = server_and_talkers(num_talkers=2)
+    owner.send_frames([(entry("mine", 0, 2, reply_to=owner.reply_to), random_codes(0, 4)[:2])])
+    pump(server, lambda: "mine" in server.engine.streams)
+    other.send_frames([(entry("mine", 1, 2, final=True), random_codes(9, 2))])
+    assert error_for(server, other, "mine").code == common_pb2.STATUS_CODE_PERMISSION_DENIED
+    other.send(wire.MessageType.ABORT, common_pb2.Abort(request_id="mine", reason=common_pb2.STATUS_CODE_CANCELLED))
+    for _ in range(5):
+        server.run_once()
+    assert "mine" in server.engine.streams                 # neither the frames nor the abort landed
+    owner.send_frames([(entry("mine", 1, 2, final=True), random_codes(0, 4)[2:])])
+    pump(server, lambda: owner.is_done("mine"))
+    assert owner.received["mine"].error is None and owner.received["mine"].audio().shape == (4 * SPF,)
+    owner.send(wire.MessageType.ABORT, common_pb2.Abort(request_id="mine"))   # after the end: a no-op
+    for _ in range(3):
+        server.run_once()
+    assert server.engine.stats["aborted"] == 0 and not server.intake.routes
+
+
+def test_no_route_or_slot_leaks_over_many_requests(server_and_talkers):
+    server, [talker] = server_and_talkers(max_slots=2)
+    for i in range(300):
+        rid = f"r{i}"
+        kind = i % 4
+        if kind == 0:    # empty request: opened and closed by one final entry
+            talker.send_frames([(entry(rid, 0, 0, reply_to=talker.reply_to, final=True), np.zeros((0, 16)))])
+        elif kind == 1:  # aborted by its talker
+            talker.send_frames([(entry(rid, 0, 0, reply_to=talker.reply_to), np.zeros((0, 16)))])
+            talker.send(wire.MessageType.ABORT, common_pb2.Abort(request_id=rid))
+        elif kind == 2:  # sequence gap: fails
+            talker.send_frames([(entry(rid, 0, 0, reply_to=talker.reply_to), np.zeros((0, 16)))])
+            talker.send_frames([(entry(rid, 5, 0, final=True), np.zeros((0, 16)))])
+        else:            # invalid codes on open: fails
+            talker.send_frames([(entry(rid, 0, 1, reply_to=talker.reply_to), np.full((1, 16), 3000))])
+        pump(server, lambda: server.engine.stats["opened"] == i + 1 and server.engine.num_active == 0)
+    pump(server, lambda: talker.is_done("r296") and talker.is_done("r299"))
+    assert server.engine.slots.num_free == 2 and not server.intake.routes
+    counters = server.engine.stats
+    assert (counters["opened"], counters["completed"], counters["aborted"], counters["failed"]) == (300, 75, 75, 150)

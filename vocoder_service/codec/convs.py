@@ -1,0 +1,87 @@
+"""Causal convolutions that run either on a whole sequence or as one streaming step.
+
+Parameter names match the official checkpoint (`<name>.conv.weight`, `<name>.conv.bias`).
+Whole sequence (`state=None`): left zero padding, exactly the reference's padding. Streaming:
+the zeros are replaced by the slot's stored input tail (zeros again for a fresh slot), so a
+sequence split into chunks produces the same samples as the whole sequence.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vocoder_service.codec.stream_state import StepState
+
+
+class CausalConv1d(nn.Module):
+    """Stride-1 Conv1d padded (k-1)*dilation on the left only: output t sees inputs <= t."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int = 1,
+        groups: int = 1,
+        samples_per_frame: int = 1,
+    ) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context_len = (kernel_size - 1) * dilation  # input samples kept per slot
+        self.samples_per_frame = samples_per_frame  # input samples per code frame at this op
+        self.state_key = ""  # set by Code2Wav to the module's qualified name
+
+    def state_specs(self) -> dict[str, tuple[int, ...]]:
+        if self.context_len == 0:
+            return {}
+        return {self.state_key: (self.conv.in_channels, self.context_len)}
+
+    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
+        # x: [B, C_in, T] -> [B, C_out, T]
+        if self.context_len == 0:
+            return self.conv(x)
+        if state is None:
+            full = F.pad(x, (self.context_len, 0))
+        else:
+            full = torch.cat([state.context(self.state_key), x], dim=-1)
+            state.advance(self.state_key, full, self.samples_per_frame)
+        return self.conv(full)
+
+
+class CausalConvTranspose1d(nn.Module):
+    """ConvTranspose1d (kernel k, stride s) with k-s samples trimmed on the right only.
+
+    Output block n (s samples) depends on input frames n-ceil(k/s)+1 .. n, so the op is causal
+    and a step needs the previous ceil(k/s)-1 input frames (1 for the decoder's k=2s, 0 for k=s).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, samples_per_frame: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.context_len = math.ceil(kernel_size / stride) - 1
+        self.samples_per_frame = samples_per_frame
+        self.state_key = ""
+
+    def state_specs(self) -> dict[str, tuple[int, ...]]:
+        if self.context_len == 0:
+            return {}
+        return {self.state_key: (self.conv.in_channels, self.context_len)}
+
+    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
+        # x: [B, C_in, T] -> [B, C_out, T * stride]
+        num_out = x.shape[-1] * self.stride
+        if self.context_len == 0:
+            return self.conv(x)[..., :num_out]
+        if state is None:
+            full = F.pad(x, (self.context_len, 0))
+        else:
+            full = torch.cat([state.context(self.state_key), x], dim=-1)
+            state.advance(self.state_key, full, self.samples_per_frame)
+        # The first context_len*stride outputs belong to frames already emitted (or to the zero
+        # padding); everything after num_out is the right trim.
+        skip = self.context_len * self.stride
+        return self.conv(full)[..., skip : skip + num_out]

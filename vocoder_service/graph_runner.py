@@ -1,0 +1,192 @@
+"""CUDA graphs of the streaming decode step, one per (batch size, frames) shape.
+
+A decode step launches hundreds of small kernels (8 transformer layers, ~60 convs, ~30 SnakeBeta);
+at small batches the launch overhead dominates, so each shape the batcher produces is captured
+once and replayed. Shapes are padded up to the smallest captured one: extra rows point at the
+decoder's scratch slot with length 0 (their state and position never change, and no real request
+ever reads that slot), extra frames are right padding that the step never writes into state.
+
+Every graph shares one memory pool: replays never overlap (one loop thread), so intermediates of
+different shapes can live in the same blocks. Capture goes from the smallest shape to the largest
+and stops once the configured memory budget is reached, so a tight budget drops the big shapes
+first (they run eagerly, and are counted).
+
+On a CPU decoder a table can be built with `emulate=True`: the same static buffers, padding and
+lookup, with the step run eagerly on the padded inputs instead of a graph replay. Tests use it to
+prove on CPU that padding rows never disturb real slots.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vocoder_service.codec import StreamingDecoder
+
+logger = logging.getLogger(__name__)
+
+NUM_WARMUP_RUNS = 2
+
+
+class CapturedStep:
+    """One captured step: static device inputs, the graph, and its static output."""
+
+    def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None) -> None:
+        device = decoder.device
+        self.decoder = decoder
+        self.batch_size = batch_size
+        self.num_frames = num_frames
+        self.scratch_slot = decoder.scratch_slot
+        self.codes = torch.zeros((batch_size, decoder.num_quantizers, num_frames), dtype=torch.int64, device=device)
+        self.slots = torch.full((batch_size,), decoder.scratch_slot, dtype=torch.int64, device=device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
+        # Pinned host staging: one async H2D copy per input instead of many small ones.
+        is_cuda = device.type == "cuda"
+        self.host_codes = _host_buffer(self.codes.shape, is_cuda)
+        self.host_slots = _host_buffer((batch_size,), is_cuda)
+        self.host_lengths = _host_buffer((batch_size,), is_cuda)
+        self.graph = None
+        self.out = None
+        if not is_cuda:
+            return  # emulation: replay() runs the step eagerly on the padded buffers
+        # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
+        # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(NUM_WARMUP_RUNS):
+                decoder.step_unchecked(self.codes, self.slots, self.lengths)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+            self.out = decoder.step_unchecked(self.codes, self.slots, self.lengths)  # [B, T*spf]
+
+    def replay(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
+        """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> device pcm [bs, t*spf]."""
+        bs, _, t = codes.shape
+        if bs > self.batch_size or t > self.num_frames:
+            raise ValueError(f"a ({bs}, {t}) step does not fit the ({self.batch_size}, {self.num_frames}) graph")
+        fill_padded(self.host_codes.numpy(), self.host_slots.numpy(), self.host_lengths.numpy(),
+                    codes, slots, lengths, self.scratch_slot)
+        # non_blocking is safe: the caller copies the output back (a sync) before the next
+        # replay can refill these pinned buffers.
+        self.codes.copy_(self.host_codes, non_blocking=True)
+        self.slots.copy_(self.host_slots, non_blocking=True)
+        self.lengths.copy_(self.host_lengths, non_blocking=True)
+        if self.graph is not None:
+            self.graph.replay()
+            out = self.out
+        else:
+            out = self.decoder.step_unchecked(self.codes, self.slots, self.lengths)
+        return out[:bs, : t * self.decoder.samples_per_frame]
+
+
+def fill_padded(host_codes: np.ndarray, host_slots: np.ndarray, host_lengths: np.ndarray,
+                codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, scratch_slot: int) -> None:
+    """Write a (bs, t) step into (B, T) buffers: zero codes beyond it, padding rows on the scratch slot
+    with length 0 (so they neither read nor move any real slot's state)."""
+    bs, _, t = codes.shape
+    host_codes.fill(0)
+    host_codes[:bs, :, :t] = codes
+    host_slots.fill(scratch_slot)
+    host_slots[:bs] = slots
+    host_lengths.fill(0)
+    host_lengths[:bs] = lengths
+
+
+def _host_buffer(shape, pinned: bool) -> torch.Tensor:
+    buffer = torch.zeros(shape, dtype=torch.int64)
+    return buffer.pin_memory() if pinned else buffer
+
+
+@dataclass
+class CaptureReport:
+    captured: list[tuple[int, int]] = field(default_factory=list)       # (batch, frames)
+    skipped: list[tuple[int, int]] = field(default_factory=list)        # left out by the budget
+    graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
+    allocated_bytes: int = 0         # growth of allocated memory (static inputs and outputs)
+    capture_s: float = 0.0
+
+
+class GraphTable:
+    """Captured steps by shape, and the smallest covering shape for a request."""
+
+    def __init__(self, decoder: StreamingDecoder, emulate: bool = False) -> None:
+        self.is_cuda = decoder.device.type == "cuda"
+        if not self.is_cuda and not emulate:
+            raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
+        self.decoder = decoder
+        self.steps: dict[tuple[int, int], CapturedStep] = {}
+        self._lookup: dict[tuple[int, int], CapturedStep | None] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.is_cuda else None
+
+    def capture(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int) -> CaptureReport:
+        """Capture every (batch, frames) shape, smallest first, until `budget_bytes` is reached."""
+        if budget_bytes <= 0:
+            raise ValueError(f"graph memory budget must be > 0 bytes, got {budget_bytes}")
+        for name, sizes in (("batch", batch_sizes), ("frame", frame_sizes)):
+            if not sizes or min(sizes) < 1:
+                raise ValueError(f"capture {name} sizes must be positive integers, got {sizes}")
+        batch_sizes = [b for b in sorted(set(batch_sizes)) if b <= self.decoder.max_slots]
+        shapes = sorted({(b, t) for b in batch_sizes for t in set(frame_sizes)}, key=lambda s: (s[0] * s[1], s))
+        report = CaptureReport()
+        memory = _DeviceMemory(self.decoder.device if self.is_cuda else None)
+        started = time.perf_counter()
+        for index, shape in enumerate(shapes):
+            if memory.reserved_growth() >= budget_bytes:
+                report.skipped = shapes[index:]
+                logger.warning(
+                    "graph memory budget %.0f MB reached after %d graphs; %d larger shapes run eagerly: %s",
+                    budget_bytes / 2**20, len(report.captured), len(report.skipped), report.skipped,
+                )
+                break
+            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool)
+            report.captured.append(shape)
+        self._lookup.clear()
+        report.graph_memory_bytes = memory.reserved_growth()
+        report.allocated_bytes = memory.allocated_growth()
+        report.capture_s = time.perf_counter() - started
+        logger.info(
+            "captured %d decode graphs in %.1f s: %.1f MB reserved, %.1f MB allocated",
+            len(report.captured), report.capture_s, report.graph_memory_bytes / 2**20, report.allocated_bytes / 2**20,
+        )
+        return report
+
+    def find(self, batch_size: int, num_frames: int) -> CapturedStep | None:
+        """The captured shape covering (batch_size, num_frames) with the least padded work."""
+        key = (batch_size, num_frames)
+        if key not in self._lookup:
+            best = None
+            for (b, t), step in self.steps.items():
+                if b >= batch_size and t >= num_frames and (best is None or b * t < best.batch_size * best.num_frames):
+                    best = step
+            self._lookup[key] = best
+        return self._lookup[key]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class _DeviceMemory:
+    """Growth of the CUDA caching allocator's reserved/allocated bytes since construction (0 on CPU)."""
+
+    def __init__(self, device: torch.device | None) -> None:
+        self.device = device
+        if device is not None:
+            torch.cuda.synchronize(device)
+        self.reserved0, self.allocated0 = self._read()
+
+    def _read(self) -> tuple[int, int]:
+        if self.device is None:
+            return 0, 0
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.memory_reserved(self.device), torch.cuda.memory_allocated(self.device)
+
+    def reserved_growth(self) -> int:
+        return self._read()[0] - self.reserved0
+
+    def allocated_growth(self) -> int:
+        return self._read()[1] - self.allocated0

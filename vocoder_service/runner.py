@@ -1,0 +1,123 @@
+"""The decode runner: the only code that touches the device on the vocoder's hot path.
+
+The engine hands it host arrays (`decode(codes [bs,16,t], slots [bs], lengths [bs])`) and gets
+host PCM back; in between the runner replays the CUDA graph of the smallest captured
+(batch, frames) shape that covers the call, or runs the streaming step eagerly (CPU, or a shape
+no graph covers). Both paths run the same `StreamingDecoder.step_unchecked`, so they agree to the
+last bit of the chosen dtype and the engine cannot tell them apart except through the stats.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vocoder_service.codec import Code2Wav, StreamingDecoder
+from vocoder_service.codec.validation import check_step
+from vocoder_service.graph_runner import CaptureReport, GraphTable
+from vocoder_service.runner_stats import RunnerStats
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}") from None
+
+
+class DecoderRunner:
+    def __init__(self, model: Code2Wav, max_slots: int) -> None:
+        weight = model.pre_conv.conv.weight
+        self.model = model
+        self.device, self.dtype = weight.device, weight.dtype
+        self.decoder = StreamingDecoder(model, max_slots, self.device, self.dtype)
+        self.max_slots = max_slots
+        self.codebook_size = model.config.codebook_size
+        self.num_quantizers = model.config.num_quantizers
+        self.samples_per_frame = model.samples_per_frame
+        self.sample_rate_hz = model.sample_rate_hz
+        self.graphs: GraphTable | None = None
+        self.stats = RunnerStats()
+        self.last_step_is_graph = False   # read by the engine for the chunk's timings
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, max_slots: int, device: str = "cpu",
+                        dtype: torch.dtype | str = torch.float32) -> "DecoderRunner":
+        if isinstance(dtype, str):
+            dtype = parse_dtype(dtype)
+        return cls(Code2Wav.from_pretrained(path, device=device, dtype=dtype), max_slots)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def capture_graphs(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int,
+                       emulate: bool = False) -> CaptureReport:
+        """Capture the step for every (batch, frames) shape within the memory budget (CUDA only).
+
+        `emulate` (CPU tests): build the same padded static-shape table without graphs.
+        """
+        if self.device.type != "cuda" and not emulate:
+            logger.info("device %s has no CUDA graphs: every step runs eagerly", self.device)
+            return CaptureReport(skipped=[(b, t) for b in batch_sizes for t in frame_sizes])
+        self.graphs = GraphTable(self.decoder, emulate=emulate)
+        report = self.graphs.capture(batch_sizes, frame_sizes, budget_bytes)
+        self.stats.num_graphs = len(self.graphs)
+        self.stats.graph_memory_bytes = report.graph_memory_bytes
+        return report
+
+    # ---- engine-facing API -----------------------------------------------------------------
+    def reset(self, slots) -> None:
+        """Fresh state for newly opened requests' slots."""
+        self.decoder.reset(list(slots))
+
+    def decode(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """codes [bs,16,t] int, slots [bs], lengths [bs] in [1, t] -> pcm [bs, t*spf] float32 (host).
+
+        Advances each slot's state by its own length; samples past a row's length are zeros.
+        """
+        codes_t = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
+        slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
+        lengths_t = torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int64))
+        # Host-side checks before any device work: a bad call raises ValueError with state untouched.
+        check_step(codes_t, slots_t, lengths_t, self.num_quantizers, self.codebook_size, self.max_slots)
+        bs, _, t = codes_t.shape
+        started = time.perf_counter()
+        captured = self.graphs.find(bs, t) if self.graphs is not None else None
+        if captured is not None:
+            pcm = captured.replay(codes_t.numpy(), slots_t.numpy(), lengths_t.numpy())
+        else:
+            if self.graphs is not None:
+                self.stats.uncaptured_shapes[(bs, t)] += 1
+            pcm = self.decoder.step_unchecked(
+                codes_t.to(self.device), slots_t.to(self.device), lengths_t.to(self.device)
+            )
+        out = pcm.float().cpu().numpy()   # the copy back is the sync point: timing below is real
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        self.last_step_is_graph = captured is not None
+        self.stats.record(bs, t, captured is not None, elapsed_ms)
+        return out
+
+    # ---- one-pass decode (admin) -------------------------------------------------------------
+    def decode_offline(self, codes: np.ndarray) -> np.ndarray:
+        """codes [n,16] -> pcm [n*spf] float32 by one exact forward over all frames (no slot used)."""
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[1] != self.num_quantizers:
+            raise ValueError(f"codes must be [n, {self.num_quantizers}], got shape {list(codes.shape)}")
+        batch = torch.from_numpy(np.ascontiguousarray(codes.T[None], dtype=np.int64))  # [1, 16, n]
+        return self.model.decode(batch)[0].float().cpu().numpy()
+
+    def reset_stats(self) -> None:
+        """Fresh counters and windows (benchmarks, between runs); what was captured stays recorded."""
+        num_graphs, graph_memory_bytes = self.stats.num_graphs, self.stats.graph_memory_bytes
+        self.stats = RunnerStats(num_graphs=num_graphs, graph_memory_bytes=graph_memory_bytes)
+
+    def describe(self) -> dict:
+        return {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
+                "max_slots": self.max_slots, "samples_per_frame": self.samples_per_frame,
+                "num_graphs": len(self.graphs) if self.graphs is not None else 0}

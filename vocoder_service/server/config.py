@@ -1,0 +1,105 @@
+"""Every setting of the vocoder process in one dataclass; flags and QWEN3_TTS_VOCODER_* env map onto it.
+
+The engine's own settings (`VocoderEngineConfig`, `ChunkPolicy`) are derived from these fields
+so there is exactly one place a value is set.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
+from vocoder_service.engine.config import VocoderEngineConfig
+
+
+@dataclass
+class VocoderServiceConfig:
+    # --- model and device
+    model: str = "tiny"                  # local dir, embedded tiny name, or hub id
+    device: str = "cpu"                  # "cpu", "cuda", "cuda:1"
+    dtype: str = "auto"                  # auto: bfloat16 on CUDA (as the reference runs the codec), float32 on CPU
+    cpu_threads: int = 0                 # torch intra-op threads; 0 = torch's default. 1 avoids OpenMP
+                                         # spin contention on a shared CPU (measured 23 ms vs 1.3 s per tiny step)
+    # --- endpoints
+    bind: str = "tcp://127.0.0.1:5701"   # ROUTER for talkers' frames; "tcp://host:*" picks a free port
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = 5711                # 0: any free port (see ready_file)
+    peer_id: str = ""                    # empty: vocoder@<host>:<pid>
+    ready_file: str = ""                 # written (JSON endpoints) once SERVING
+    # --- engine
+    max_slots: int = 64
+    first_chunk_frames: int = 2
+    steady_chunk_frames: int = 25
+    max_wait_ms: float = 200.0
+    launch_cost_row_frames: float = 64.0
+    talker_timeout_s: float = 10.0
+    max_pending_frames: int = 2048
+    max_context_frames: int = 750
+    # --- CUDA graphs
+    use_graphs: bool = True
+    capture_batch_sizes: tuple[int, ...] = ()   # empty: powers of two up to max_slots
+    capture_frame_sizes: tuple[int, ...] = ()   # empty: the chunk policy's frame buckets
+    graph_memory_budget_mb: float = 4096.0
+    # --- transport and loop
+    heartbeat_interval_ms: int = 1000
+    poll_ms: int = 20                    # longest idle wait; bounds shutdown and timer latency
+    max_messages_per_poll: int = 512     # receive drain cap, so frames cannot starve decode
+    router_rcv_hwm: int = 10000          # messages queued from all talkers before ZeroMQ pushes back
+    router_snd_hwm: int = 1000
+    pcm_snd_hwm: int = 2000              # PCM messages queued per gateway before its requests fail
+    max_push_sockets: int = 256          # cached gateway connections; idle ones are closed beyond this
+    admin_queue_size: int = 64
+    admin_timeout_s: float = 60.0
+    drain_timeout_s: float = 5.0         # on SIGTERM: live streams get this long to finish
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        problems = []
+        for name in ("max_slots", "first_chunk_frames", "steady_chunk_frames", "max_pending_frames",
+                     "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll", "router_rcv_hwm",
+                     "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("talker_timeout_s", "admin_timeout_s", "graph_memory_budget_mb"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.cpu_threads < 0:
+            problems.append(f"cpu_threads must be >= 0, got {self.cpu_threads}")
+        if not 0 <= self.grpc_port <= 65535:
+            problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
+        if self.dtype not in ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"):
+            problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if any(s < 1 for s in (*self.capture_batch_sizes, *self.capture_frame_sizes)):
+            problems.append("capture sizes must be positive")
+        if problems:
+            raise ValueError("invalid vocoder config: " + "; ".join(problems))
+        self.chunk_policy()  # raises on an inconsistent chunk ramp
+
+    def chunk_policy(self) -> ChunkPolicy:
+        return ChunkPolicy(self.first_chunk_frames, self.steady_chunk_frames, self.max_wait_ms)
+
+    def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
+        return VocoderEngineConfig(
+            max_slots=self.max_slots, chunk=self.chunk_policy(),
+            launch_cost_row_frames=self.launch_cost_row_frames, talker_timeout_s=self.talker_timeout_s,
+            max_pending_frames=self.max_pending_frames, max_context_frames=self.max_context_frames,
+            sample_rate_hz=sample_rate_hz, samples_per_frame=samples_per_frame,
+        )
+
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device.startswith("cuda") else "float32"
+
+    def resolved_peer_id(self) -> str:
+        return self.peer_id or f"vocoder@{socket.gethostname()}:{os.getpid()}"
+
+    def graph_batch_sizes(self) -> list[int]:
+        return sorted(set(self.capture_batch_sizes)) or batch_buckets(self.max_slots)
+
+    def graph_frame_sizes(self) -> list[int]:
+        return sorted(set(self.capture_frame_sizes)) or self.chunk_policy().frame_buckets()

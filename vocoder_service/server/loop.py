@@ -1,0 +1,240 @@
+"""The vocoder's event loop: receive -> expire -> step -> send, idle when there is nothing to do.
+
+One thread owns the engine, the runner and every ZeroMQ socket. Talkers' DEALERs send FRAMES,
+ABORT and HEARTBEAT to our ROUTER (frames: identity, type, header[, codes]); PCM goes out on PUSH
+sockets to each request's reply_to; errors and heartbeats (our credits: free slots) go back on
+the ROUTER. gRPC admin calls reach the loop through `AdminBridge`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+import zmq
+
+from protos import wire
+from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
+from vocoder_service.runner import DecoderRunner
+from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
+from vocoder_service.server.config import VocoderServiceConfig
+from vocoder_service.server.intake import FramesIntake, request_ids_of
+from vocoder_service.server.outbox import Outbox
+from vocoder_service.server.peers import TalkerPeers
+from vocoder_service.server.sockets import PushSockets, bind_router
+from vocoder_service.server.stats import ServerStats, engine_load, vocoder_stats
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_LINGER_MS = 500
+
+
+class VocoderServer:
+    def __init__(self, config: VocoderServiceConfig, runner: DecoderRunner, model_name: str,
+                 admin: AdminBridge | None = None, on_draining: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.on_draining = on_draining   # e.g. flip gRPC health to NOT_SERVING
+        self.admin = admin if admin is not None else AdminBridge(config.admin_queue_size)
+        self.runner = runner
+        self.model_name = model_name
+        self.peer_id = config.resolved_peer_id()
+        self.started_s = time.monotonic()
+        self.stop_requested = threading.Event()
+        self.init_engine()
+        self.init_sockets()
+        self.init_handlers()
+
+    def init_engine(self) -> None:
+        engine_config = self.config.engine_config(self.runner.samples_per_frame, self.runner.sample_rate_hz)
+        self.engine = VocoderEngine(self.runner, engine_config)
+        self.stats = ServerStats()
+        self.draining_since_s: float | None = None
+
+    def init_sockets(self) -> None:
+        cfg = self.config
+        self.context = zmq.Context()
+        self.recv_from_talkers, self.endpoint = bind_router(self.context, cfg.bind, cfg.router_rcv_hwm, cfg.router_snd_hwm)
+        self.send_to_gateways = PushSockets(self.context, cfg.pcm_snd_hwm, cfg.max_push_sockets)
+        self.outbox = Outbox(self.recv_from_talkers, self.send_to_gateways, self.peer_id, self.model_name,
+                             self.runner.sample_rate_hz, cfg.heartbeat_interval_ms)
+        self.peers = TalkerPeers(cfg.heartbeat_interval_ms)
+        self.poller = zmq.Poller()
+        self.poller.register(self.recv_from_talkers, zmq.POLLIN)
+        self.poller.register(self.admin.fileno(), zmq.POLLIN)
+        self.next_heartbeat_s = 0.0
+        self.announced_slots_used = 0
+        logger.info("vocoder %s receiving frames on %s", self.peer_id, self.endpoint)
+
+    def init_handlers(self) -> None:
+        self.intake = FramesIntake(self.engine, self.outbox, self.peers, lambda: self.draining_since_s is None)
+        self.admin_decodes = AdminDecodes(self.engine, self.runner)
+        self.handlers = {   # (identity, header, array) per accepted message type
+            wire.MessageType.FRAMES: self.intake.on_frames,
+            wire.MessageType.ABORT: lambda identity, header, _: self.intake.on_abort(identity, header),
+            wire.MessageType.HEARTBEAT: lambda identity, header, _: self.peers.heartbeat(identity, header, time.monotonic()),
+        }
+        self.admin_handlers = {"stats": self.run_stats_job, "decode": self.admin_decodes.start}
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self.should_exit():
+                self.run_once()
+        finally:
+            self.close()
+
+    def run_once(self) -> None:
+        self.receive(self.idle_timeout_ms())
+        self.run_admin_jobs()
+        self.emit(self.engine.expire())
+        self.emit(self.engine.step())
+        self.housekeeping()
+
+    def idle_timeout_ms(self) -> int:
+        if self.engine.has_work() or any(s.pieces for s in self.admin_decodes.streams.values()):
+            return 0
+        until_heartbeat_ms = max(0.0, (self.next_heartbeat_s - time.monotonic()) * 1e3)
+        return int(min(self.config.poll_ms, until_heartbeat_ms))
+
+    def request_stop(self) -> None:
+        """Thread- and signal-safe: the loop starts draining at its next iteration."""
+        self.stop_requested.set()
+
+    # ---- receive -----------------------------------------------------------------------------
+    def receive(self, timeout_ms: int) -> None:
+        self.poller.poll(timeout_ms)
+        for _ in range(self.config.max_messages_per_poll):
+            try:
+                frames = self.recv_from_talkers.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self.dispatch(frames[0].bytes, frames[1:])
+
+    def dispatch(self, identity: bytes, body: list) -> None:
+        if self.peers.touch(identity, time.monotonic()):
+            self.outbox.heartbeat_to_talker(identity, self.load(), self.draining_since_s is not None)
+        try:
+            msg_type, header, array = wire.decode(body)
+        except ValueError as exc:
+            self.intake.reject_message(identity, request_ids_of(body), f"malformed message: {exc}")
+            return
+        handler = self.handlers.get(msg_type)
+        if handler is None:
+            self.intake.reject_message(identity, [], f"{msg_type.name} is not accepted by a vocoder")
+            return
+        try:
+            handler(identity, header, array)
+        except Exception:  # a bug met by one message must not take down every other stream
+            logger.exception("%s from talker %s crashed its handler", msg_type.name, self.peers.name(identity))
+            self.outbox.error_to_talker(identity, "", "INTERNAL", f"{msg_type.name} handling failed on the vocoder")
+
+    # ---- admin (gRPC) jobs ---------------------------------------------------------------------
+    def run_admin_jobs(self) -> None:
+        for job in self.admin.take_all():
+            try:
+                self.admin_handlers[job.kind](job)
+            except Exception as exc:  # reported to the caller's gRPC status; the loop goes on
+                if not job.future.done():
+                    job.future.set_exception(exc)
+        self.admin_decodes.feed()
+        self.admin_decodes.expire(time.monotonic())
+
+    def run_stats_job(self, job: AdminJob) -> None:
+        stats = vocoder_stats(
+            peer_id=self.peer_id, model=self.model_name, uptime_s=time.monotonic() - self.started_s,
+            engine=self.engine, runner_stats=self.runner.stats, server_stats=self.stats,
+            talkers=self.peers.status(time.monotonic(), self.intake.streams_by_identity()),
+        )
+        if job.payload.reset:
+            self.runner.stats.reset_windows()
+            self.stats.reset_windows()
+        job.future.set_result(stats)
+
+    # ---- send ------------------------------------------------------------------------------------
+    def emit(self, outs: list[PcmOut | ErrorOut]) -> None:
+        for out in outs:
+            if self.admin_decodes.owns(out.request_id):
+                self.admin_decodes.on_output(out)
+            elif isinstance(out, ErrorOut):
+                self.send_error(out)
+            else:
+                self.send_pcm(out)
+
+    def send_pcm(self, out: PcmOut) -> None:
+        route = self.intake.routes.get(out.request_id)
+        try:
+            self.outbox.pcm_to_gateway(out, route.summary if route is not None else None)
+        except (zmq.ZMQError, ValueError) as exc:
+            # A gateway that does not read must not stall everyone: this request ends here.
+            self.stats.num_pcm_send_failures += 1
+            message = f"request {out.request_id!r}: PCM to {out.reply_to} not sent ({exc}); request failed"
+            error = self.engine.fail(out.request_id, "UNAVAILABLE", message)
+            if route is not None:
+                self.outbox.error_to_talker(route.identity, out.request_id, "UNAVAILABLE", message)
+            self.intake.finish(out.request_id)
+            logger.warning("%s%s", message, "" if error else " (already ended)")
+            return
+        self.stats.record_sent(out, time.monotonic(), self.runner.sample_rate_hz)
+        if out.is_final:
+            self.intake.finish(out.request_id)
+            logger.info("request %s finished: %d samples", out.request_id, out.sample_offset + len(out.pcm))
+
+    def send_error(self, error: ErrorOut) -> None:
+        route = self.intake.finish(error.request_id)
+        self.outbox.error_to_gateway(error.reply_to, error.request_id, error.code, error.message)
+        if route is not None:
+            self.outbox.error_to_talker(route.identity, error.request_id, error.code, error.message)
+
+    # ---- timers, credits, shutdown -----------------------------------------------------------------
+    def load(self):
+        return engine_load(self.engine, self.runner.stats)
+
+    def housekeeping(self) -> None:
+        now = time.monotonic()
+        used = self.engine.slots.num_used
+        # Credits: tell talkers at once when slots free up, else on the heartbeat period.
+        if now >= self.next_heartbeat_s or used < self.announced_slots_used:
+            self.broadcast_heartbeat()
+            self.next_heartbeat_s = now + self.config.heartbeat_interval_ms / 1e3
+            self.peers.expire(now)
+            for identity in self.outbox.unreachable:
+                self.peers.forget(identity)
+            self.outbox.unreachable.clear()
+            self.intake.sweep()
+            self.send_to_gateways.prune({s.reply_to for s in self.engine.streams.values() if s.reply_to})
+        self.announced_slots_used = used
+
+    def broadcast_heartbeat(self) -> None:
+        load, is_draining = self.load(), self.draining_since_s is not None
+        for identity in self.peers.identities():
+            self.outbox.heartbeat_to_talker(identity, load, is_draining)
+
+    def should_exit(self) -> bool:
+        if not self.stop_requested.is_set():
+            return False
+        now = time.monotonic()
+        if self.draining_since_s is None:
+            self.draining_since_s = now
+            logger.info("draining: %d live requests, up to %.1f s", self.engine.num_active, self.config.drain_timeout_s)
+            if self.on_draining is not None:
+                self.on_draining()
+            self.broadcast_heartbeat()
+        talker_streams = self.engine.num_active - len(self.admin_decodes.streams)
+        if talker_streams > 0 and now - self.draining_since_s < self.config.drain_timeout_s:
+            return False
+        leftovers = [rid for rid in self.engine.streams if not self.admin_decodes.owns(rid)]
+        errors = [self.engine.fail(rid, "UNAVAILABLE", f"request {rid!r}: the vocoder shut down") for rid in leftovers]
+        self.emit([error for error in errors if error is not None])
+        return True
+
+    def close(self) -> None:
+        self.admin_decodes.fail_all("the vocoder is shutting down")
+        self.admin.close()
+        # Not linger 0 here: the final chunks and the shutdown errors just queued must still leave,
+        # but an unreachable peer cannot hold the exit up for more than SHUTDOWN_LINGER_MS.
+        self.send_to_gateways.close_all(SHUTDOWN_LINGER_MS)
+        self.recv_from_talkers.close(linger=SHUTDOWN_LINGER_MS)
+        self.context.term()
+        logger.info("vocoder loop stopped")
+
