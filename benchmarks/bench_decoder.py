@@ -45,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the step body")
+    p.add_argument("--compile-mode", default="default", help="torch.compile mode (max-autotune-no-cudagraphs tunes for minutes per shape)")
+    p.add_argument("--compile-dynamic", type=int, default=0, help="1: one symbolic-shape compile for every (bs, t) instead of one per shape")
+    p.add_argument("--cudnn-benchmark", type=int, default=1, help="1: let cuDNN pick conv algorithms by timing (the runner does)")
     args = p.parse_args(argv)
     if args.smoke:
         args.device = args.device or "cpu"
@@ -139,7 +142,7 @@ def run(args) -> dict:
         for name in ("cache_size_limit", "recompile_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, 64)
-        bodies["compiled"] = torch.compile(decoder.step_unchecked, mode="max-autotune-no-cudagraphs", dynamic=False)
+        bodies["compiled"] = torch.compile(decoder.step_unchecked, mode=args.compile_mode, dynamic=bool(args.compile_dynamic))
     rows, errors, checks = [], {}, {}
     for body_name, body in bodies.items():
         graphed = GraphedStep(decoder, batch_sizes + [1], [args.chunk_frames] + first_frames, body=body)
@@ -206,6 +209,7 @@ def print_table(result: dict) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     result = run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,4 +9,6 @@ $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e '.[test]'
 # The oracle: the Transformers-5 build of qwen-tts, without its heavy runtime deps (gradio, torchaudio...).
 $PY -m pip install -q --no-deps qwen-tts-hf==0.1.1.post1
+# Real Helm and docker-compose for the offline deployment tests (they fail, not skip, without them).
+bash scripts/install_deploy_tools.sh
 exec $PY -m pytest -q "$@"

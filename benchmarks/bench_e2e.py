@@ -1,0 +1,148 @@
+"""End-to-end load generator through the public gRPC API (StreamSynthesize).
+
+Starts the local stack with `python -m launcher` (or uses --target), then for each concurrency
+level keeps that many streams in flight, each a fixed-length utterance: fixed text streamed word
+by word, seeds fixed per stream, and `max_frames` bounding the length (random weights rarely
+emit EOS; each row reports the frames actually produced, so a short utterance is visible). Reports TTFA p50/p95, RTF p50/p95 and audio-s/s; writes JSON.
+
+    python benchmarks/bench_e2e.py --smoke                     # CPU, tiny, seconds
+    python benchmarks/bench_e2e.py --model <1.7B dir> --device cuda --concurrency 1,4,16,64,128,256
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from client import TtsClient, make_config  # noqa: E402
+from protos.tts.v1 import config_pb2  # noqa: E402
+
+TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
+        "green forest where nobody can see it anymore.")
+
+
+async def one_stream(client: TtsClient, seed: int, args) -> dict:
+    cfg = make_config(args.voice, language="english", encoding=config_pb2.AUDIO_ENCODING_PCM16, seed=seed,
+                      max_frames=args.frames)
+    t0 = time.monotonic()
+    first_s, summary = None, None
+    words = TEXT.split(" ")
+    texts = [w + " " for w in words[:-1]] + [words[-1]]
+    async for r in client.stream(texts, cfg, timeout_s=args.timeout_s):
+        if r.HasField("audio") and first_s is None:
+            first_s = time.monotonic() - t0
+        elif r.HasField("summary"):
+            summary = r.summary
+    return {"client_ttfa_ms": (first_s or 0) * 1e3, "ttfa_ms": summary.time_to_first_audio_ms,
+            "rtf": summary.real_time_factor, "audio_s": summary.audio_s, "frames": summary.num_frames,
+            "wall_s": time.monotonic() - t0}
+
+
+async def level(target: str, concurrency: int, args) -> dict:
+    async with TtsClient(target) as client:
+        await one_stream(client, 0, args)  # warm-up
+        t0 = time.monotonic()
+        total = args.streams_per_level or 2 * concurrency
+        queue = list(range(total))
+        results: list[dict] = []
+
+        async def worker():
+            while queue:
+                seed = queue.pop()
+                results.append(await one_stream(client, 1000 + seed, args))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall_s = time.monotonic() - t0
+    pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
+    return {"concurrency": concurrency, "num_streams": len(results), "wall_s": wall_s,
+            "ttfa_ms_p50": pct("ttfa_ms", 50), "ttfa_ms_p95": pct("ttfa_ms", 95),
+            "client_ttfa_ms_p50": pct("client_ttfa_ms", 50), "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
+            "rtf_max": max(r["rtf"] for r in results),
+            "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s, "raw": results}
+
+
+def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
+    ready = work / "ready.json"
+    cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
+           "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
+           f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
+    cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.monotonic() + 900
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"stack did not start; see {work}")
+        time.sleep(0.2)
+    return proc, json.loads(ready.read_text())["grpc_target"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", help="a running gateway host:port (default: start the stack)")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--voice", default="vivian")
+    p.add_argument("--concurrency", default="1,4,16,64,128,256")
+    p.add_argument("--frames", type=int, default=125, help="frames per utterance (125 = 10 s of audio)")
+    p.add_argument("--streams-per-level", type=int, default=0, help="streams per level (default 2x concurrency)")
+    p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--talker-arg", action="append", default=[])
+    p.add_argument("--vocoder-arg", action="append", default=[])
+    p.add_argument("--out", default="")
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny model, concurrency 1,2, 8 frames")
+    args = p.parse_args()
+    if args.smoke:
+        args.model, args.device, args.concurrency, args.frames = "tiny", "cpu", "1,2", 8
+        args.talker_arg += ["--cpu-threads=1"]
+        args.vocoder_arg += ["--cpu-threads=1"]
+    args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
+    proc = None
+    work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    try:
+        target = args.target
+        if not target:
+            proc, target = start_stack(args, work)
+        rows = []
+        for c in args.concurrency:
+            row = asyncio.run(level(target, c, args))
+            rows.append(row)
+            print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms | RTF p50 "
+                  f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
+                  f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            commit = ""
+        gpu = ""
+        if args.device.startswith("cuda"):
+            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True).stdout.strip().splitlines()[0:1]
+        result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
+                  "frames_per_utterance": args.frames, "text": TEXT, "levels": rows}
+        out = args.out or str(work / "bench_e2e.json")
+        Path(out).write_text(json.dumps(result, indent=1))
+        print(f"wrote {out}")
+        return 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

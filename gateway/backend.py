@@ -1,0 +1,231 @@
+"""The gateway's ZeroMQ side: DEALERs to talkers, the PULL socket vocoders push audio to, and the
+per-request mailboxes that connect them to gRPC calls.
+
+Everything runs on the gRPC server's asyncio loop (zmq.asyncio), so a request's state is only
+touched from one thread. Talkers are tracked by their heartbeats: a talker is healthy while it
+sends them, is not draining and reports at least one reachable vocoder; one that goes silent
+for `peer_timeout_ms` is lost and every stream it held fails with UNAVAILABLE.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from protos import wire
+from protos.tts.internal.v1 import common_pb2
+
+logger = logging.getLogger(__name__)
+
+MAILBOX_SIZE = 4096    # messages queued for one request before it fails (a client that stops reading)
+SNDHWM = 10000
+
+
+@dataclass
+class Event:
+    kind: wire.MessageType
+    header: object
+    array: np.ndarray | None = None
+
+
+@dataclass
+class TalkerPeer:
+    endpoint: str
+    sock: zmq.asyncio.Socket
+    peer_id: str = ""
+    model: str = ""
+    incarnation: int = 0
+    last_seen_s: float = 0.0
+    load: common_pb2.Load = field(default_factory=common_pb2.Load)
+    num_healthy_vocoders: int = 0
+    is_draining: bool = False
+    num_streams: int = 0          # this gateway's live requests on the talker
+
+    def is_healthy(self, now_s: float, timeout_s: float) -> bool:
+        return (self.last_seen_s > 0 and now_s - self.last_seen_s < timeout_s and not self.is_draining
+                and self.num_healthy_vocoders > 0)
+
+    def score(self) -> float:
+        total = max(self.load.num_slots_total, 1)
+        return (max(self.load.num_slots_used + self.load.num_requests_queued, self.num_streams)) / total
+
+
+class Mailbox:
+    """Messages for one request: ACK/ERROR from its talker, PCM/ERROR from its vocoder."""
+
+    def __init__(self, request_id: str, talker: TalkerPeer | None) -> None:
+        self.request_id = request_id
+        self.talker = talker
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(MAILBOX_SIZE)
+
+    def put(self, event: Event) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            logger.warning("request %s: mailbox full; failing it", self.request_id)
+            self.queue = asyncio.Queue(1)   # the reader sees only the error from now on
+            self.queue.put_nowait(Event(wire.MessageType.ERROR, common_pb2.Error(
+                request_id=self.request_id, code=common_pb2.STATUS_CODE_RESOURCE_EXHAUSTED,
+                message="client reads audio slower than it is produced; mailbox full", origin="gateway")))
+
+
+class Backend:
+    def __init__(self, talkers: tuple[str, ...], audio_bind: str, audio_advertise: str = "",
+                 heartbeat_interval_ms: int = 1000, peer_timeout_ms: int = 3500) -> None:
+        self.context = zmq.asyncio.Context()
+        self.peer_id = f"gateway@{socket.gethostname()}:{os.getpid()}"
+        self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.peer_timeout_s = peer_timeout_ms / 1e3
+        self.pull = self.context.socket(zmq.PULL)
+        self.pull.setsockopt(zmq.LINGER, 0)
+        self.pull.setsockopt(zmq.RCVHWM, SNDHWM)
+        self.pull.bind(audio_bind)
+        self.reply_to = audio_advertise or self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.talkers = [self._connect(endpoint) for endpoint in talkers]
+        self.mailboxes: dict[str, Mailbox] = {}
+        self.tasks: list[asyncio.Task] = []
+        self.on_health_change = lambda is_serving: None
+        self._was_healthy = False
+
+    def _connect(self, endpoint: str) -> TalkerPeer:
+        sock = self.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        sock.connect(endpoint)
+        return TalkerPeer(endpoint=endpoint, sock=sock)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._receive_audio())]
+        self.tasks += [loop.create_task(self._receive_talker(t)) for t in self.talkers]
+        self.tasks.append(loop.create_task(self._tick()))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.context.destroy(linger=0)
+
+    # ---- sending -------------------------------------------------------------------------
+    async def send(self, talker: TalkerPeer, msg_type: wire.MessageType, header, array=None) -> None:
+        await talker.sock.send_multipart(wire.encode(msg_type, header, array), copy=False)
+
+    def open_mailbox(self, request_id: str, talker: TalkerPeer | None) -> Mailbox:
+        box = Mailbox(request_id, talker)
+        self.mailboxes[request_id] = box
+        if talker is not None:
+            talker.num_streams += 1
+        return box
+
+    def close_mailbox(self, box: Mailbox) -> None:
+        if self.mailboxes.pop(box.request_id, None) is not None and box.talker is not None:
+            box.talker.num_streams -= 1
+
+    # ---- routing -------------------------------------------------------------------------
+    def healthy_talkers(self) -> list[TalkerPeer]:
+        now_s = time.monotonic()
+        return [t for t in self.talkers if t.is_healthy(now_s, self.peer_timeout_s)]
+
+    def pick_talker(self) -> TalkerPeer | None:
+        """The least-loaded healthy talker (its heartbeat load, or this gateway's own count of
+        streams on it when that is higher: heartbeats lag a burst of new requests)."""
+        healthy = self.healthy_talkers()
+        return min(healthy, key=TalkerPeer.score) if healthy else None
+
+    @property
+    def is_serving(self) -> bool:
+        return bool(self.healthy_talkers())
+
+    def talker_model(self) -> str:
+        return next((t.model for t in self.talkers if t.model), "")
+
+    # ---- receiving -----------------------------------------------------------------------
+    def _deliver(self, event: Event, source: str) -> None:
+        request_id = getattr(event.header, "request_id", "")
+        box = self.mailboxes.get(request_id)
+        if box is None:
+            logger.debug("%s %s for unknown request %r dropped", source, event.kind.name, request_id)
+            return
+        box.put(event)
+
+    async def _receive_audio(self) -> None:
+        while True:
+            frames = await self.pull.recv_multipart(copy=False)
+            try:
+                msg_type, header, array = wire.decode(frames)
+            except ValueError as exc:
+                logger.warning("undecodable message on the audio socket: %s", exc)
+                continue
+            if msg_type in (wire.MessageType.PCM, wire.MessageType.ERROR):
+                self._deliver(Event(msg_type, header, array), "vocoder")
+
+    async def _receive_talker(self, talker: TalkerPeer) -> None:
+        while True:
+            frames = await talker.sock.recv_multipart(copy=False)
+            try:
+                msg_type, header, array = wire.decode(frames)
+            except ValueError as exc:
+                logger.warning("undecodable message from talker %s: %s", talker.endpoint, exc)
+                continue
+            if msg_type == wire.MessageType.HEARTBEAT:
+                self._on_heartbeat(talker, header)
+            elif msg_type in (wire.MessageType.ACK, wire.MessageType.ERROR, wire.MessageType.VOICE_ENCODED):
+                self._deliver(Event(msg_type, header, array), f"talker {talker.peer_id or talker.endpoint}")
+
+    def _on_heartbeat(self, talker: TalkerPeer, hb: common_pb2.Heartbeat) -> None:
+        if talker.incarnation and hb.incarnation != talker.incarnation:
+            self._fail_streams(talker, f"talker {hb.peer_id} restarted")
+        if not talker.last_seen_s:
+            logger.info("talker %s at %s is up (model %s)", hb.peer_id, talker.endpoint, hb.model)
+        talker.peer_id, talker.model, talker.incarnation = hb.peer_id, hb.model, hb.incarnation
+        talker.load.CopyFrom(hb.load)
+        talker.num_healthy_vocoders = hb.num_healthy_vocoders
+        talker.is_draining = hb.is_draining
+        talker.last_seen_s = time.monotonic()
+        self._check_health()
+
+    def _fail_streams(self, talker: TalkerPeer, why: str) -> None:
+        for box in list(self.mailboxes.values()):
+            if box.talker is talker:
+                box.put(Event(wire.MessageType.ERROR, common_pb2.Error(
+                    request_id=box.request_id, code=common_pb2.STATUS_CODE_UNAVAILABLE, message=why,
+                    origin=self.peer_id)))
+
+    def _check_health(self) -> None:
+        is_healthy = self.is_serving
+        if is_healthy != self._was_healthy:
+            self._was_healthy = is_healthy
+            logger.info("backend %s", "SERVING: a talker with a vocoder is reachable" if is_healthy
+                        else "NOT_SERVING: no healthy talker")
+            self.on_health_change(is_healthy)
+
+    async def _tick(self) -> None:
+        """Heartbeats to every talker (a DEALER's first message also introduces it) and loss checks."""
+        last_sent_s = 0.0
+        while True:
+            now_s = time.monotonic()
+            is_due = now_s - last_sent_s >= self.heartbeat_interval_ms / 1e3
+            last_sent_s = now_s if is_due else last_sent_s
+            hb = common_pb2.Heartbeat(peer_id=self.peer_id, role=common_pb2.PEER_ROLE_GATEWAY,
+                                      incarnation=self.incarnation, sent_unix_ms=int(time.time() * 1e3),
+                                      interval_ms=self.heartbeat_interval_ms)
+            for talker in self.talkers:
+                try:
+                    if is_due:
+                        await talker.sock.send_multipart(wire.encode(wire.MessageType.HEARTBEAT, hb), flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                if talker.last_seen_s and now_s - talker.last_seen_s > self.peer_timeout_s and talker.num_streams:
+                    logger.warning("talker %s lost (silent %.1f s)", talker.peer_id, now_s - talker.last_seen_s)
+                    self._fail_streams(talker, f"talker {talker.peer_id} lost")
+            self._check_health()
+            await asyncio.sleep(min(self.heartbeat_interval_ms / 1e3, 0.25))

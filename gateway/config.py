@@ -1,0 +1,41 @@
+"""Every setting of the gateway process in one dataclass (flags map onto it in gateway/main.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class GatewayConfig:
+    # --- model and peers
+    model: str = "tiny"                  # checkpoint dir, embedded tiny name or hub id (JSON + tokenizer files only)
+    model_name: str = ""                 # served name; empty: the talkers' reported name, else the --model value
+    talkers: tuple[str, ...] = ()        # talker ROUTER endpoints, tcp://host:port
+    # --- endpoints
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = 50051               # 0: any free port (see ready_file)
+    audio_bind: str = "tcp://127.0.0.1:*"   # PULL socket vocoders push PCM to
+    audio_advertise: str = ""            # reply_to sent to talkers; empty: the bound endpoint
+    metrics_port: int = 9090             # Prometheus HTTP; 0: any free port; -1: off
+    ready_file: str = ""                 # JSON with the bound ports, written once listening
+    voices_dir: str = ""                 # registered voices; empty: ~/.cache/qwen3-tts-serve/voices
+    # --- limits
+    max_streams: int = 256               # concurrent synthesis calls; beyond: RESOURCE_EXHAUSTED
+    max_text_chars: int = 20000          # per request
+    max_message_bytes: int = 16 << 20    # one client message; beyond: INVALID_ARGUMENT
+    max_reference_audio_s: float = 30.0
+    min_reference_audio_s: float = 1.0
+    # --- timing
+    heartbeat_interval_ms: int = 1000
+    peer_timeout_ms: int = 3500          # a talker silent this long is lost; its streams fail UNAVAILABLE
+    ack_timeout_s: float = 10.0          # Start sent -> Ack; beyond: UNAVAILABLE
+    audio_idle_timeout_s: float = 60.0   # no audio and no progress this long -> DEADLINE_EXCEEDED
+    drain_grace_s: float = 10.0          # on SIGTERM: live streams get this long to finish
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+        if not 0 < self.min_reference_audio_s <= self.max_reference_audio_s:
+            raise ValueError("need 0 < min_reference_audio_s <= max_reference_audio_s")
+        if isinstance(self.talkers, str):
+            self.talkers = tuple(t for t in self.talkers.split(",") if t)

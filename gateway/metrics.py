@@ -1,0 +1,37 @@
+"""Prometheus metrics of the gateway, served over HTTP by prometheus_client."""
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+logger = logging.getLogger(__name__)
+
+_TTFA_BUCKETS_S = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5)
+_RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
+
+
+class GatewayMetrics:
+    """One registry per gateway (tests run several in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tts_requests", "Synthesis calls started", ["method"], registry=r)
+        self.errors = Counter("tts_errors", "Calls ended with an error, by gRPC code", ["code"], registry=r)
+        self.ttfa_s = Histogram("tts_time_to_first_audio_seconds", "First text to first audio chunk",
+                                buckets=_TTFA_BUCKETS_S, registry=r)
+        self.rtf = Histogram("tts_real_time_factor", "Wall time / audio time per request", buckets=_RTF_BUCKETS,
+                             registry=r)
+        self.audio_s = Counter("tts_audio_seconds", "Audio produced, seconds (rate() = audio-s/s)", registry=r)
+        self.active_streams = Gauge("tts_active_streams", "Synthesis calls in progress", registry=r)
+        self.queue_depth = Gauge("tts_talker_queue_depth", "Requests queued in the talkers (heartbeat load)",
+                                 registry=r)
+        self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Starts the HTTP endpoint; returns the bound port (port 0 picks a free one)."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        bound = server.server_address[1]
+        logger.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound

@@ -1,0 +1,265 @@
+"""One synthesis call: client messages in, talker messages out; vocoder PCM in, responses out.
+
+A reader task consumes the client's messages (config already taken), tokenizes text
+incrementally and sends TEXT/END to the talker; the call's own coroutine waits on the request's
+mailbox (talker ACK/ERROR, vocoder PCM/ERROR, and the reader's local events) and yields
+responses. Any exit other than a final PCM chunk (error, client cancel, deadline) sends an
+idempotent ABORT, so talker and vocoder free the request's state.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+
+from gateway.audio_encoding import StreamEncoder
+from gateway.backend import Backend, Event, Mailbox, TalkerPeer
+from gateway.errors import InvalidArgument, RequestError
+from gateway.model_info import NATIVE_SAMPLE_RATE_HZ
+from gateway.resolve import Resolved
+from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
+from protos import status, wire
+from protos.tts.internal.v1 import common_pb2, talker_pb2
+from protos.tts.v1 import config_pb2, tts_pb2
+
+logger = logging.getLogger(__name__)
+
+T = wire.MessageType
+FLUSH_ACK, CLIENT_ERROR = "FLUSH_ACK", "CLIENT_ERROR"   # local mailbox events
+_EMPTY = np.zeros(0, np.float32)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class Session:
+    def __init__(self, backend: Backend, tokenizer: TextTokenizer, resolved: Resolved, talker: TalkerPeer,
+                 max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
+                 idle_timeout_s: float, encoder: StreamEncoder | None = None) -> None:
+        self.backend, self.resolved, self.talker = backend, resolved, talker
+        self.request_id = request_id
+        self.max_text_chars = max_text_chars
+        self.deadline_unix_ms = deadline_unix_ms
+        self.ack_timeout_s, self.idle_timeout_s = ack_timeout_s, idle_timeout_s
+        self.text = IncrementalTokenizer(tokenizer)
+        self.encoder = encoder or StreamEncoder(resolved.encoding, NATIVE_SAMPLE_RATE_HZ, resolved.sample_rate_hz,
+                                                resolved.speed)
+        self.box: Mailbox = backend.open_mailbox(request_id, talker)
+        self.num_text_messages = 0
+        self.first_text_s: float | None = None
+        self.first_audio_s: float | None = None
+        self.num_chunks = 0
+        self.num_samples_out = 0
+        self.encode_ms = 0.0
+        self.is_finished = False
+        self.reader: asyncio.Task | None = None
+        self.early: list[Event] = []
+
+    # ---- talker side ---------------------------------------------------------------------
+    async def _send(self, msg_type: T, header, array=None) -> None:
+        await self.backend.send(self.talker, msg_type, header, array)
+
+    async def _next_event(self, timeout_s: float) -> Event:
+        if self.early:
+            return self.early.pop(0)
+        return await asyncio.wait_for(self.box.queue.get(), timeout_s)
+
+    async def _expect(self, kinds: tuple[T, ...], timeout_s: float, what: str) -> Event:
+        """The answer to `what`; audio and flush acks that overtake it (they come on other
+        sockets) are kept for responses()."""
+        deadline_s = time.monotonic() + timeout_s
+        while True:
+            try:
+                event = await asyncio.wait_for(self.box.queue.get(), max(deadline_s - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                raise RequestError(grpc.StatusCode.UNAVAILABLE, f"talker {self.talker.peer_id} did not answer "
+                                   f"{what} within {timeout_s:g} s") from None
+            if event.kind == T.ERROR:
+                raise RequestError(status.to_grpc(event.header.code), event.header.message)
+            if event.kind in kinds:
+                return event
+            if event.kind == CLIENT_ERROR:
+                raise event.header
+            self.early.append(event)
+
+    async def encode_clone(self) -> None:
+        """Per-request clone: the talker computes the VoicePrompt first (ENCODE_VOICE)."""
+        r = self.resolved
+        if r.clone_audio is None:
+            return
+        await self._send(T.ENCODE_VOICE, talker_pb2.EncodeVoice(
+            request_id=self.request_id, model=self.talker.model or r.model.name, x_vector_only=r.clone_x_vector_only,
+            reference_text_token_ids=r.clone_text_ids, sample_rate_hz=NATIVE_SAMPLE_RATE_HZ), r.clone_audio)
+        event = await self._expect((T.VOICE_ENCODED,), self.ack_timeout_s + 60.0, "ENCODE_VOICE")
+        r.clone_prompt = event.header.prompt
+
+    async def start(self, text_ids: list[int], is_text_complete: bool) -> talker_pb2.Ack:
+        r = self.resolved
+        start = talker_pb2.Start(
+            request_id=self.request_id, reply_to=self.backend.reply_to, model=self.talker.model or r.model.name,
+            language_codec_id=r.language_codec_id, sampling=r.sampling, text_mode=r.text_mode,
+            text_token_ids=text_ids, is_text_complete=is_text_complete, deadline_unix_ms=self.deadline_unix_ms)
+        if r.speaker is not None:
+            start.speaker.CopyFrom(r.speaker)
+        elif r.design is not None:
+            start.design.CopyFrom(r.design)
+        else:
+            start.clone.CopyFrom(r.clone_prompt)
+        await self._send(T.START, start)
+        return (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
+
+    async def send_text(self, ids: list[int]) -> None:
+        if ids:
+            await self._send(T.TEXT, talker_pb2.Text(request_id=self.request_id, seq=self.num_text_messages,
+                                                      token_ids=ids))
+            self.num_text_messages += 1
+
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        try:
+            await self._send(T.ABORT, common_pb2.Abort(request_id=self.request_id, reason=status.from_grpc(code),
+                                                       message=message))
+        except Exception as exc:  # the talker socket may be gone; the abort is best effort by nature
+            logger.warning("request %s: abort not sent: %s", self.request_id, exc)
+
+    # ---- client side ---------------------------------------------------------------------
+    def _note_text(self, delta: str) -> None:
+        if self.first_text_s is None and delta.strip():
+            self.first_text_s = time.monotonic()
+        if self.text.num_chars + len(delta) > self.max_text_chars:
+            raise InvalidArgument("text", f"text is over the limit of {self.max_text_chars} characters")
+
+    async def read_client(self, messages: AsyncIterator[tts_pb2.StreamSynthesizeRequest]) -> None:
+        """Reader task (streaming text mode): client text -> TEXT messages, then END."""
+        try:
+            async for msg in messages:
+                kind = msg.WhichOneof("request")
+                if kind == "config":
+                    raise InvalidArgument("config", "repeated config: it must be sent once, first")
+                if kind == "text":
+                    self._note_text(msg.text)
+                    await self.send_text(self.text.feed(msg.text))
+                elif kind == "flush":
+                    await self.send_text(self.text.flush())
+                    self.box.put(Event(FLUSH_ACK, tts_pb2.FlushAck(flush_id=msg.flush.flush_id,
+                                                                   num_text_tokens=self.text.num_tokens)))
+                elif kind == "end":
+                    break
+                else:
+                    raise InvalidArgument("request", "empty message: set config, text, flush or end")
+            if self.first_text_s is None:  # only whitespace (or nothing) arrived
+                raise InvalidArgument("text", "empty text at end of input: nothing to synthesize")
+            await self.send_text(self.text.flush())
+            await self._send(T.END, talker_pb2.End(request_id=self.request_id,
+                                                   num_text_messages=self.num_text_messages))
+        except RequestError as exc:
+            self.box.put(Event(CLIENT_ERROR, exc))
+        except (grpc.aio.AbortError, grpc.aio.AioRpcError, grpc.RpcError) as exc:
+            # The call is already ending (aborted or cancelled); responses() reports why.
+            logger.debug("request %s: client stream closed: %r", self.request_id, exc)
+
+    async def collect_text(self, messages: AsyncIterator[tts_pb2.StreamSynthesizeRequest]) -> str:
+        """Non-streaming text mode: the whole text before Start (flushes are acknowledged at once)."""
+        parts: list[str] = []
+        acks: list[tts_pb2.FlushAck] = []
+        async for msg in messages:
+            kind = msg.WhichOneof("request")
+            if kind == "config":
+                raise InvalidArgument("config", "repeated config: it must be sent once, first")
+            if kind == "text":
+                self._note_text(msg.text)
+                self.text.num_chars += len(msg.text)
+                parts.append(msg.text)
+            elif kind == "flush":
+                acks.append(tts_pb2.FlushAck(flush_id=msg.flush.flush_id))
+            elif kind == "end":
+                break
+            else:
+                raise InvalidArgument("request", "empty message: set config, text, flush or end")
+        text = "".join(parts)
+        if not text.strip():
+            raise InvalidArgument("text", "empty text at end of input: nothing to synthesize")
+        for ack in acks:
+            self.box.put(Event(FLUSH_ACK, ack))
+        return text
+
+    # ---- audio out -----------------------------------------------------------------------
+    def _audio_chunk(self, pcm, is_last: bool) -> tts_pb2.AudioChunk | None:
+        t0 = time.perf_counter()
+        encoded = self.encoder.encode(pcm, is_last)
+        self.encode_ms += (time.perf_counter() - t0) * 1e3
+        if not encoded.audio:
+            return None
+        chunk = tts_pb2.AudioChunk(audio=encoded.audio, sequence_number=self.num_chunks,
+                                   sample_offset=self.num_samples_out, num_samples=encoded.num_samples,
+                                   duration_ms=encoded.num_samples * 1e3 / self.resolved.sample_rate_hz)
+        self.num_chunks += 1
+        self.num_samples_out += encoded.num_samples
+        if self.first_audio_s is None:
+            self.first_audio_s = time.monotonic()
+        return chunk
+
+    def _summary(self, pcm_header) -> tts_pb2.SynthesisSummary:
+        gen = pcm_header.generation
+        audio_s = self.num_samples_out / self.resolved.sample_rate_hz
+        start_s = self.first_text_s or time.monotonic()
+        wall_s = time.monotonic() - start_s
+        ttfa_ms = ((self.first_audio_s or time.monotonic()) - start_s) * 1e3
+        return tts_pb2.SynthesisSummary(
+            audio_s=audio_s, time_to_first_audio_ms=ttfa_ms, real_time_factor=wall_s / audio_s if audio_s else 0.0,
+            num_frames=gen.num_frames, num_text_tokens=gen.num_text_tokens or self.text.num_tokens,
+            finish_reason=gen.finish_reason or tts_pb2.FINISH_REASON_END_OF_SPEECH,
+            timings=tts_pb2.ServerTimings(queue_ms=gen.queue_ms, prefill_ms=gen.prefill_ms,
+                                          first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms))
+
+    async def responses(self) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
+        """Audio chunks and flush acks until the final chunk, then the summary."""
+        vocoder_first_ms = vocoder_decode_ms = 0.0
+        while True:
+            try:
+                event = await self._next_event(self.idle_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                   f"no audio for {self.idle_timeout_s:g} s from talker {self.talker.peer_id}") from None
+            if event.kind == CLIENT_ERROR:
+                raise event.header
+            if event.kind == T.ERROR:
+                raise RequestError(status.to_grpc(event.header.code), event.header.message)
+            if event.kind == FLUSH_ACK:
+                yield tts_pb2.StreamSynthesizeResponse(flush_ack=event.header)
+            elif event.kind == T.PCM:
+                header = event.header
+                vocoder_decode_ms += header.timings.decode_ms
+                if header.seq == 0:
+                    vocoder_first_ms = header.timings.queue_ms + header.timings.decode_ms
+                pcm = event.array if event.array is not None else _EMPTY
+                chunk = self._audio_chunk(pcm, header.is_final)
+                if chunk is not None:
+                    yield tts_pb2.StreamSynthesizeResponse(audio=chunk)
+                if header.is_final:
+                    self.is_finished = True
+                    summary = self._summary(header)
+                    summary.timings.vocoder_first_chunk_ms = vocoder_first_ms
+                    summary.timings.vocoder_decode_ms = vocoder_decode_ms
+                    yield tts_pb2.StreamSynthesizeResponse(summary=summary)
+                    return
+
+    async def close(self, exc: BaseException | None) -> None:
+        if self.reader is not None and not self.reader.done():
+            self.reader.cancel()
+        if not self.is_finished:
+            if isinstance(exc, RequestError):
+                code, message = exc.code, exc.message
+            elif isinstance(exc, asyncio.CancelledError):
+                code, message = grpc.StatusCode.CANCELLED, "client cancelled or deadline passed"
+            else:
+                code, message = grpc.StatusCode.CANCELLED, "call ended"
+            await self.abort(code, message)
+        self.encoder.close()
+        self.backend.close_mailbox(self.box)
+

@@ -1,0 +1,81 @@
+"""Registered voices: a VoicePrompt computed once by a talker, kept on disk, reused by id.
+
+Each voice is two files in the voices directory: `<id>.pb` (the serialized VoicePrompt, the
+talker's input as is) and `<id>.json` (the public RegisteredVoice). Files are written to a
+temporary name and renamed, so a crash never leaves half a voice.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from protos.tts.internal.v1 import talker_pb2
+from protos.tts.v1 import voices_pb2
+
+logger = logging.getLogger(__name__)
+
+VOICE_ID = re.compile(r"^[a-z0-9_-]{1,64}$")
+DEFAULT_VOICES_DIR = Path("~/.cache/qwen3-tts-serve/voices")
+
+
+@dataclass
+class VoiceRecord:
+    voice: voices_pb2.RegisteredVoice
+    prompt: talker_pb2.VoicePrompt
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class VoiceRegistry:
+    def __init__(self, directory: str | Path = "") -> None:
+        self.directory = Path(directory or DEFAULT_VOICES_DIR).expanduser()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.records: dict[str, VoiceRecord] = {}
+        self._load()
+
+    def _load(self) -> None:
+        for meta in sorted(self.directory.glob("*.json")):
+            voice_id = meta.stem
+            try:
+                voice = json_format.Parse(meta.read_text(encoding="utf-8"), voices_pb2.RegisteredVoice())
+                prompt = talker_pb2.VoicePrompt.FromString((self.directory / f"{voice_id}.pb").read_bytes())
+            except (OSError, ValueError, json_format.ParseError) as exc:
+                logger.warning("skipping registered voice %s: %s", meta, exc)
+                continue
+            self.records[voice_id] = VoiceRecord(voice, prompt)
+        logger.info("%d registered voices in %s", len(self.records), self.directory)
+
+    def get(self, voice_id: str) -> VoiceRecord | None:
+        return self.records.get(voice_id)
+
+    def new_id(self) -> str:
+        return "voice-" + secrets.token_hex(6)
+
+    def put(self, record: VoiceRecord) -> None:
+        voice_id = record.voice.voice_id
+        if not VOICE_ID.match(voice_id):
+            raise ValueError(f"voice_id {voice_id!r} must be 1-64 chars of [a-z0-9_-]")
+        _write_atomic(self.directory / f"{voice_id}.pb", record.prompt.SerializeToString())
+        _write_atomic(self.directory / f"{voice_id}.json",
+                      json_format.MessageToJson(record.voice, preserving_proto_field_name=True).encode())
+        self.records[voice_id] = record
+
+    def delete(self, voice_id: str) -> VoiceRecord | None:
+        record = self.records.pop(voice_id, None)
+        if record is not None:
+            for suffix in (".json", ".pb"):
+                (self.directory / f"{voice_id}{suffix}").unlink(missing_ok=True)
+        return record
+
+    def list(self, model: str = "") -> list[voices_pb2.RegisteredVoice]:
+        return [r.voice for _, r in sorted(self.records.items()) if not model or r.voice.model == model]

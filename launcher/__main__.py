@@ -1,0 +1,5 @@
+import sys
+
+from launcher.main import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""`python -m launcher`: vocoder, talker and gateway on one machine, ready when health says SERVING.
+
+    python -m launcher                       # tiny checkpoint on CPU, gRPC on 127.0.0.1:50051
+    python -m launcher --model Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice --device cuda
+
+Backends bind free loopback ports; the launcher passes each one's endpoint (from its ready file)
+to the next. Ctrl-C / SIGTERM stops the gateway first (it drains live streams for
+--drain-grace-s), then the talker, then the vocoder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from launcher.processes import Child
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m launcher", description="Start the Qwen3-TTS stack locally.")
+    p.add_argument("--model", default="tiny", help="checkpoint dir, hub id, or an embedded tiny name")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 (talker and vocoder share it)")
+    p.add_argument("--host", default="127.0.0.1", help="address the gateway's gRPC port listens on")
+    p.add_argument("--grpc-port", type=int, default=50051, help="gateway port; 0 picks a free one")
+    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port; 0 picks a free one, -1 off")
+    p.add_argument("--health-timeout-s", type=float, default=600.0, help="deadline for the stack to be SERVING")
+    p.add_argument("--drain-grace-s", type=float, default=10.0)
+    p.add_argument("--work-dir", help="logs and ready files (default: a new temp dir)")
+    p.add_argument("--ready-file", help="JSON with the gateway address, written once SERVING")
+    for role in ("vocoder", "talker", "gateway"):
+        p.add_argument(f"--{role}-arg", action="append", default=[], metavar="ARG",
+                       help=f"extra argument for the {role} process (repeatable), e.g. --{role}-arg=--max-slots=8")
+    return p
+
+
+def wait_serving(target: str, deadline_s: float, children: list[Child]) -> None:
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        last = "unreachable"
+        while time.monotonic() < deadline_s:
+            for child in children:
+                if not child.is_alive():
+                    raise RuntimeError(f"{child.name} exited with {child.proc.returncode}:\n{child.log_tail()}")
+            try:
+                status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+            except grpc.RpcError as exc:
+                last = exc.code().name
+            time.sleep(0.1)
+    raise TimeoutError(f"gateway {target} not SERVING before the deadline (last: {last})")
+
+
+def stop_all(children: list[Child], grace_s: float) -> None:
+    """Gateway first (drains), then talker, then vocoder; each is killed if it overstays."""
+    for child in reversed(children):
+        child.terminate()
+        code = child.wait_or_kill(grace_s + 5.0 if child.name == "gateway" else 15.0)
+        logger.info("%s stopped (exit %s)", child.name, code)
+
+
+def run(args) -> int:
+    from checkpoint.files import resolve_model_dir  # may generate the tiny checkpoint (torch) once
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    model_dir = resolve_model_dir(args.model)
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="qwen3-tts-stack-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    deadline_s = time.monotonic() + args.health_timeout_s
+    common = ["--model", str(model_dir), "--device", args.device, "--bind", "tcp://127.0.0.1:*", "--grpc-port", "0"]
+    children: list[Child] = []
+    try:
+        vocoder = Child("vocoder", "vocoder_service", common + args.vocoder_arg, work_dir)
+        children.append(vocoder)
+        codes_endpoint = vocoder.wait_ready(deadline_s, stop.is_set)["codes_endpoint"]
+        talker = Child("talker", "talker_service", common + ["--vocoders", codes_endpoint] + args.talker_arg, work_dir)
+        children.append(talker)
+        requests_endpoint = talker.wait_ready(deadline_s, stop.is_set)["requests_endpoint"]
+        gateway = Child("gateway", "gateway", [
+            "--model", str(model_dir), "--model-name", Path(args.model).name, "--talkers", requests_endpoint,
+            "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
+            "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
+        children.append(gateway)
+        info = gateway.wait_ready(deadline_s, stop.is_set)
+        target = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{info['grpc_port']}"
+        wait_serving(target, deadline_s, children)
+        ready = {"grpc_target": target, "metrics_port": info["metrics_port"], "work_dir": str(work_dir),
+                 "pids": {c.name: c.proc.pid for c in children}}
+        if args.ready_file:
+            tmp = Path(args.ready_file + ".tmp")
+            tmp.write_text(json.dumps(ready))
+            os.replace(tmp, args.ready_file)
+        print(f"stack ready: gRPC {target}, metrics :{info['metrics_port']}, logs in {work_dir}", flush=True)
+        print(f'try: python -m client "Hello from Qwen3 TTS." --target {target} -o hello.wav', flush=True)
+        while not stop.wait(0.2):
+            for child in children:
+                if not child.is_alive():
+                    logger.error("%s exited with %s; stopping the stack:\n%s", child.name, child.proc.returncode,
+                                 child.log_tail())
+                    return 1
+        logger.info("stopping: draining the gateway for up to %.1f s", args.drain_grace_s)
+        return 0
+    except (RuntimeError, TimeoutError) as exc:
+        logger.error("%s", exc)
+        return 1
+    finally:
+        stop_all(children, args.drain_grace_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s launcher: %(message)s")
+    return run(build_parser().parse_args(argv))

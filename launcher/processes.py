@@ -1,0 +1,67 @@
+"""Child processes of the local stack: start with a ready file, wait with a deadline, stop in order."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Child:
+    """One service process; its output goes to `<work_dir>/<name>.log`."""
+
+    def __init__(self, name: str, module: str, args: list[str], work_dir: Path) -> None:
+        self.name = name
+        self.ready_file = work_dir / f"{name}.ready.json"
+        self.ready_file.unlink(missing_ok=True)
+        self.log_path = work_dir / f"{name}.log"
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        command = [sys.executable, "-m", module, "--ready-file", str(self.ready_file), *args]
+        logger.info("starting %s: %s", name, " ".join(command))
+        # Own process group: a terminal Ctrl-C reaches the launcher only, which then stops the
+        # children in order (gateway first, so it can drain while the backends still run).
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.info: dict = {}
+
+    def wait_ready(self, deadline_s: float, should_stop=lambda: False) -> dict:
+        while time.monotonic() < deadline_s and not should_stop():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before it was ready:\n"
+                                   f"{self.log_tail()}")
+            if self.ready_file.exists():
+                self.info = json.loads(self.ready_file.read_text())
+                logger.info("%s ready: %s", self.name, self.info)
+                return self.info
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready before the deadline:\n{self.log_tail()}")
+
+    def log_tail(self, num_chars: int = 3000) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_or_kill(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("%s did not stop in %.1f s; killing it", self.name, timeout_s)
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+        finally:
+            self.log.close()

@@ -1,0 +1,248 @@
+"""The talker engine: scheduler + model runner, driven by `step()`, with no sockets.
+
+Calls from the outside (add_request, push_text, end_text, abort) only change bookkeeping; all
+model work happens in `step()`, which prefills the ready queued requests, then advances every
+runnable request by one frame in a single batched decode, and returns what each request got
+this step: a `FramesOut` (numbered 0, 1, 2, ... per request; the last one is_final) or an
+`ErrorOut`. The ZeroMQ server and the offline BatchRunner are both thin users of this class.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Hashable, Iterable
+
+import numpy as np
+import torch
+
+from talker_service.engine.config import EngineConfig
+from talker_service.engine.request import (FINISH_CONTEXT, FINISH_EOS, FINISH_LENGTH, EngineError, EngineRequest,
+                                           ErrorOut, FramesOut, RequestState)
+from talker_service.engine.runner import ModelRunner
+from talker_service.engine.scheduler import Scheduler
+from talker_service.engine.stats import EngineStats
+from talker_service.model import SamplingParams
+from talker_service.prompt import PromptRequest, TextFeed, build_prefill, validate_request
+
+logger = logging.getLogger(__name__)
+
+Output = FramesOut | ErrorOut
+
+
+class TalkerEngine:
+    def __init__(self, runner: ModelRunner, clock: Callable[[], float] = time.monotonic) -> None:
+        self.runner = runner
+        self.vocab = runner.vocab
+        self.config: EngineConfig = runner.config
+        self.clock = clock
+        self.scheduler = Scheduler(self.config.max_slots, self.config.max_queued, self.config.max_prefill_batch)
+        self.stats = EngineStats()
+        self._touched: dict[Hashable, EngineRequest] = {}   # requests with output this step
+        self._errors: list[ErrorOut] = []
+
+    # ---- requests in ------------------------------------------------------------------------
+    def add_request(self, request_id: Hashable, prompt: PromptRequest, feed: TextFeed,
+                    sampling: SamplingParams) -> int:
+        """Queue a request (its feed may still be open); returns the number queued ahead of it.
+        EngineError: INVALID_ARGUMENT (does not fit the model), ALREADY_EXISTS, RESOURCE_EXHAUSTED."""
+        try:
+            validate_request(self.vocab, prompt)
+        except ValueError as exc:
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: {exc}") from None
+        request = EngineRequest(request_id, prompt, feed, sampling, arrival_s=self.clock())
+        try:
+            ahead = self.scheduler.add(request)
+        except EngineError as exc:
+            if exc.code == "RESOURCE_EXHAUSTED":
+                self.stats.num_refused += 1
+            raise
+        self.stats.num_started += 1
+        logger.debug("request %r queued (%d ahead)", request_id, ahead)
+        return ahead
+
+    def _live(self, request_id: Hashable) -> EngineRequest:
+        request = self.scheduler.get(request_id)
+        if request is None:
+            raise EngineError("NOT_FOUND", f"request {request_id!r} is not live on this talker")
+        return request
+
+    def push_text(self, request_id: Hashable, token_ids: Iterable[int]) -> None:
+        """More text. EngineError NOT_FOUND, FAILED_PRECONDITION (after end), OUT_OF_RANGE (too long)."""
+        feed = self._live(request_id).feed
+        if feed.is_closed:
+            raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: text arrived after end of input")
+        try:
+            feed.push(token_ids)
+        except ValueError as exc:
+            raise EngineError("OUT_OF_RANGE", f"request {request_id!r}: {exc}") from None
+
+    def end_text(self, request_id: Hashable) -> None:
+        feed = self._live(request_id).feed
+        if feed.is_closed:
+            raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: end of input received twice")
+        try:
+            feed.close()
+        except ValueError as exc:
+            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: {exc}") from None
+
+    def abort(self, request_id: Hashable) -> bool:
+        """Stop a request and free its slot now; False (and nothing happens) if it is not live."""
+        request = self.scheduler.get(request_id)
+        if request is None:
+            logger.info("abort of request %r ignored: not live", request_id)
+            return False
+        self._release(request)
+        self.stats.num_aborted += 1
+        logger.info("request %r aborted after %d frames", request_id, request.num_frames)
+        return True
+
+    def fail(self, request_id: Hashable, code: str, message: str) -> ErrorOut | None:
+        """End a live request with an error (e.g. its vocoder died); None if it is not live."""
+        request = self.scheduler.get(request_id)
+        if request is None:
+            return None
+        self._release(request)
+        self.stats.num_failed += 1
+        return ErrorOut(request_id, code, message)
+
+    # ---- state ------------------------------------------------------------------------------
+    def __contains__(self, request_id: Hashable) -> bool:
+        return request_id in self.scheduler
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def has_runnable(self) -> bool:
+        """Something a step would do now (a ready prefill with a free slot, or an unparked request)."""
+        s = self.scheduler
+        return any(r.feed.is_step_ready for r in s.running.values()) or (
+            bool(s.free_slots) and any(r.feed.is_prefill_ready for r in s.queued.values()))
+
+    # ---- the step ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self) -> list[Output]:
+        start_s = self.clock()
+        prefills = self.scheduler.take_prefills()
+        if prefills:
+            self._prefill(prefills)
+        runnable = self.scheduler.take_runnable()
+        if runnable:
+            self._decode(runnable)
+            self.stats.step_time.add((self.clock() - start_s) * 1e3)
+        return self._collect()
+
+    def _prefill(self, requests: list[EngineRequest]) -> None:
+        start_s = self.clock()
+        ready, embeds = [], []
+        max_seq_len = self.config.max_seq_len
+        for request in requests:
+            request.prefill_start_s = start_s
+            try:
+                prompt_embeds = build_prefill(self.vocab, request.prompt, request.feed, self.runner.model,
+                                              hidden_size=self.runner.model.config.hidden_size,
+                                              device=self.runner.model.device, dtype=self.runner.model.dtype)  # [L, H]
+            except ValueError as exc:
+                self._error(request, "INVALID_ARGUMENT", f"request {request.request_id!r}: {exc}")
+                continue
+            request.prompt_len = prompt_embeds.shape[0]
+            if request.prompt_len >= max_seq_len:
+                self._error(request, "OUT_OF_RANGE",
+                            f"request {request.request_id!r}: prompt of {request.prompt_len} positions does not fit "
+                            f"the context of {max_seq_len} positions of this talker; "
+                            "shorten the text or the voice reference")
+                continue
+            # official: max_new_tokens counts c0 samplings and the last one never gets residual codes,
+            # so at most max_new_tokens - 1 frames; frame g >= 1 is decoded at position L + g - 1
+            by_length = request.sampling.max_new_tokens - 1
+            by_context = max_seq_len - request.prompt_len + 1
+            request.max_frames = min(by_length, by_context)
+            request.context_limited = by_context < by_length
+            if request.max_frames <= 0:
+                self._finish(request, FINISH_LENGTH)
+                continue
+            self.runner.assign(request.slot, request.sampling)
+            ready.append(request)
+            embeds.append(prompt_embeds)
+        if not ready:
+            return
+        codes = self.runner.prefill(embeds, [r.slot for r in ready])   # [n, 16]
+        prefill_ms = (self.clock() - start_s) * 1e3
+        self.stats.prefill_time.add(prefill_ms)
+        for request, row in zip(ready, codes):
+            request.prefill_ms = prefill_ms
+            self._accept(request, row)
+
+    def _decode(self, runnable: list[tuple[EngineRequest, int]]) -> None:
+        requests = [r for r, _ in runnable]
+        codes = self.runner.decode([r.slot for r in requests], [r.position for r in requests],
+                                   [r.num_frames for r in requests], [t for _, t in runnable])   # [n, 16]
+        self.stats.num_decode_steps += 1
+        self.stats.batch_size_histogram[len(requests)] += 1
+        for request, row in zip(requests, codes):
+            self._accept(request, row)
+
+    def _accept(self, request: EngineRequest, row: np.ndarray) -> None:
+        self._touched[request.request_id] = request
+        if int(row[0]) == self.vocab.ids.codec_eos:
+            self._finish(request, FINISH_EOS)
+            return
+        request.pending.append(row)
+        request.num_frames += 1
+        self.stats.num_frames_generated += 1
+        if request.num_frames >= request.max_frames:
+            self._finish(request, FINISH_CONTEXT if request.context_limited else FINISH_LENGTH)
+
+    def _release(self, request: EngineRequest) -> None:
+        if request.state == RequestState.RUNNING:
+            self.runner.release(request.slot)
+        self.scheduler.release(request)
+        self._touched.pop(request.request_id, None)
+
+    def _finish(self, request: EngineRequest, reason: str) -> None:
+        self._release(request)
+        request.finish_reason = reason
+        self._touched[request.request_id] = request
+        self.stats.num_finished += 1
+        logger.debug("request %r: %d frames (%s)", request.request_id, request.num_frames, reason)
+
+    def _error(self, request: EngineRequest, code: str, message: str) -> None:
+        self._release(request)
+        self.stats.num_failed += 1
+        self._errors.append(ErrorOut(request.request_id, code, message))
+        logger.warning("%s", message)
+
+    def _collect(self) -> list[Output]:
+        now_s = self.clock()
+        outs: list[Output] = list(self._errors)
+        self._errors.clear()
+        for request in self._touched.values():
+            is_final = bool(request.finish_reason)
+            codes = np.stack(request.pending) if request.pending else np.zeros((0, 16), dtype=np.int64)
+            request.pending = []
+            if codes.shape[0] and not request.first_frame_s:
+                request.first_frame_s = now_s
+                self.stats.first_frame_time.add((now_s - request.arrival_s) * 1e3)
+            out = FramesOut(request.request_id, request.next_seq, codes, request.num_frames - codes.shape[0],
+                            is_final=is_final)
+            request.next_seq += 1
+            if is_final:
+                self._summarize(out, request, now_s)
+            outs.append(out)
+        self._touched.clear()
+        return outs
+
+    @staticmethod
+    def _summarize(out: FramesOut, request: EngineRequest, now_s: float) -> None:
+        out.finish_reason = request.finish_reason
+        out.num_prompt_tokens = request.prompt_len
+        out.num_text_tokens = request.feed.num_text_tokens
+        out.queue_ms = (request.prefill_start_s - request.arrival_s) * 1e3 if request.prefill_start_s else 0.0
+        out.prefill_ms = request.prefill_ms
+        out.first_frame_ms = (request.first_frame_s - request.arrival_s) * 1e3 if request.first_frame_s else 0.0
+        out.total_ms = (now_s - request.arrival_s) * 1e3
+
+    def load(self) -> dict[str, int | float]:
+        s = self.scheduler
+        return dict(num_slots_total=self.config.max_slots, num_slots_used=len(s.running),
+                    num_requests_queued=len(s.queued), num_requests_parked=s.num_parked,
+                    step_time_ms=self.stats.step_time.mean_ms() if s.running else 0.0)

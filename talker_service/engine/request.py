@@ -1,0 +1,83 @@
+"""A request as the engine tracks it, and what the engine emits for it."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import numpy as np
+
+from talker_service.model import SamplingParams
+from talker_service.prompt import PromptRequest, TextFeed
+
+
+class RequestState(enum.Enum):
+    QUEUED = "queued"       # waiting for a slot, or for the text its prefill needs
+    RUNNING = "running"     # holds a slot; stepped whenever its next text token is known
+    DONE = "done"           # finished, aborted or failed; its slot is free
+
+
+# Why a request stopped generating (values map onto tts.v1.FinishReason in the server).
+FINISH_EOS = "eos"          # the model emitted the codec EOS
+FINISH_LENGTH = "length"    # SamplingParams.max_new_tokens reached
+FINISH_CONTEXT = "context"  # the slot's max_seq_len reached
+
+
+@dataclass
+class EngineRequest:
+    request_id: Hashable
+    prompt: PromptRequest
+    feed: TextFeed
+    sampling: SamplingParams
+    arrival_s: float
+    state: RequestState = RequestState.QUEUED
+    slot: int = -1
+    prompt_len: int = 0
+    max_frames: int = 0
+    context_limited: bool = False     # max_frames comes from max_seq_len, not max_new_tokens
+    num_frames: int = 0               # frames generated so far
+    next_seq: int = 0                 # sequence number of the next FramesOut
+    prefill_start_s: float = 0.0
+    prefill_ms: float = 0.0
+    first_frame_s: float = 0.0
+    finish_reason: str = ""        # FINISH_* once it stopped generating
+    pending: list = field(default_factory=list)   # this step's frames, each np [16] int64
+
+    @property
+    def position(self) -> int:
+        """Talker position of the next decode step: frame g >= 1 is decoded at prompt_len + g - 1."""
+        return self.prompt_len + self.num_frames - 1
+
+
+@dataclass
+class FramesOut:
+    """New frames of one request from one step (possibly none on a final output)."""
+    request_id: Hashable
+    seq: int                    # 0, 1, 2, ... per request
+    codes: np.ndarray           # [n, 16] int64
+    first_frame_index: int      # index of codes[0] among the request's generated frames
+    is_final: bool = False
+    finish_reason: str = ""     # FINISH_* on a final output
+    num_prompt_tokens: int = 0
+    num_text_tokens: int = 0
+    queue_ms: float = 0.0
+    prefill_ms: float = 0.0
+    first_frame_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass
+class ErrorOut:
+    """The request failed and is gone; `code` is a tts.internal.v1.StatusCode name without prefix."""
+    request_id: Hashable
+    code: str
+    message: str
+
+
+class EngineError(Exception):
+    """A call on the engine was refused; nothing changed. `code` as in ErrorOut."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

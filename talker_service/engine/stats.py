@@ -1,0 +1,51 @@
+"""Counters and recent-latency windows of the talker engine (read by the admin GetStats)."""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WINDOW = 1024   # latest samples kept per latency window
+
+
+@dataclass
+class LatencyWindow:
+    samples_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+
+    def add(self, value_ms: float) -> None:
+        self.samples_ms.append(value_ms)
+
+    def summary(self) -> dict[str, float]:
+        """count, p50/p90/p99/max/mean in ms (zeros when empty)."""
+        if not self.samples_ms:
+            return dict(count=0, p50_ms=0.0, p90_ms=0.0, p99_ms=0.0, max_ms=0.0, mean_ms=0.0)
+        values = np.asarray(self.samples_ms, dtype=np.float64)
+        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        return dict(count=len(values), p50_ms=float(p50), p90_ms=float(p90), p99_ms=float(p99),
+                    max_ms=float(values.max()), mean_ms=float(values.mean()))
+
+    def mean_ms(self, last: int = 32) -> float:
+        recent = list(self.samples_ms)[-last:]
+        return float(np.mean(recent)) if recent else 0.0
+
+
+@dataclass
+class EngineStats:
+    num_started: int = 0
+    num_finished: int = 0
+    num_aborted: int = 0
+    num_failed: int = 0
+    num_refused: int = 0
+    num_frames_generated: int = 0
+    num_decode_steps: int = 0
+    step_time: LatencyWindow = field(default_factory=LatencyWindow)
+    prefill_time: LatencyWindow = field(default_factory=LatencyWindow)
+    first_frame_time: LatencyWindow = field(default_factory=LatencyWindow)
+    batch_size_histogram: Counter = field(default_factory=Counter)
+
+    def reset_windows(self) -> None:
+        self.step_time = LatencyWindow()
+        self.prefill_time = LatencyWindow()
+        self.first_frame_time = LatencyWindow()
+        self.batch_size_histogram = Counter()

@@ -1,0 +1,89 @@
+"""Process start-up and shutdown order of the talker.
+
+1. gRPC side port up at once, health NOT_SERVING (probes can tell "loading" from "dead");
+2. checkpoint resolved, talker weights loaded into the engine;
+3. ZeroMQ ROUTER bound, DEALERs to the vocoders connected, health SERVING, ready file written;
+4. the loop runs until SIGTERM/SIGINT; then health NOT_SERVING, live requests fail UNAVAILABLE,
+   sockets close, the gRPC server stops.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+
+import torch
+
+from checkpoint.configs import generation_config as default_generation_config
+from checkpoint.files import resolve_model_dir
+from talker_service.engine import ModelRunner, TalkerEngine
+from talker_service.server.admin import AdminServer, TalkerAdminServicer
+from talker_service.server.admin_jobs import AdminJobs
+from talker_service.server.config import TalkerServiceConfig
+from talker_service.server.loop import TalkerServer
+from talker_service.server.start import StartReader
+from vocoder_service.server.app import write_ready_file
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def load_engine(config: TalkerServiceConfig) -> tuple[TalkerEngine, dict]:
+    """The engine and the checkpoint's generation config (defaults for admin calls)."""
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
+    model_dir = resolve_model_dir(config.model)
+    runner = ModelRunner.from_checkpoint(model_dir, config.engine_config(), config.device,
+                                         DTYPES[config.resolved_dtype()])
+    path = model_dir / "generation_config.json"
+    generation = json.loads(path.read_text()) if path.is_file() else default_generation_config() | {
+        "max_new_tokens": 2048}
+    return TalkerEngine(runner), generation | {"model_dir": str(model_dir)}
+
+
+def serve(config: TalkerServiceConfig) -> int:
+    stop = threading.Event()
+    holder: dict[str, TalkerServer] = {}
+
+    def on_signal(signum, _frame) -> None:
+        logger.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+        if "server" in holder:
+            holder["server"].request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    jobs = AdminJobs()
+    servicer = TalkerAdminServicer(jobs, config.admin_timeout_s)
+    admin_server = AdminServer(config.grpc_host, config.grpc_port, servicer)
+    admin_server.start()
+    try:
+        engine, generation = load_engine(config)
+        model_dir = generation.pop("model_dir")
+        if stop.is_set():
+            return 0
+        vocab, model = engine.vocab, engine.runner.model
+        reader = StartReader(vocab, model.config.hidden_size, int(generation.get("max_new_tokens", 2048)),
+                             config.max_text_tokens)
+        server = TalkerServer(config, engine, config.model, reader, admin=jobs)
+        holder["server"] = server
+        if stop.is_set():
+            server.request_stop()
+        from checkpoint.text_tokenizer import load_text_tokenizer
+        servicer.bind_model(vocab, load_text_tokenizer(model_dir), generation, config.max_text_tokens)
+        admin_server.set_serving(True)
+        info = {"requests_endpoint": server.endpoint, "grpc_port": admin_server.port, "peer_id": server.peer_id,
+                "pid": os.getpid(), "vocoders": config.vocoder_endpoints()}
+        logger.info("talker ready: %s", info)
+        if config.ready_file:
+            write_ready_file(config.ready_file, info)
+        server.run()
+        return 0
+    finally:
+        admin_server.stop()
+        logger.info("talker stopped")

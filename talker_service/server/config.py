@@ -1,0 +1,83 @@
+"""Every setting of the talker process in one dataclass; flags and QWEN3_TTS_TALKER_* env map onto it."""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from talker_service.engine import EngineConfig
+from vocoder_service.server.sockets import check_endpoint
+
+
+@dataclass
+class TalkerServiceConfig:
+    # --- model and device
+    model: str = "tiny"                  # local dir, embedded tiny name, or hub id
+    device: str = "cpu"                  # "cpu", "cuda", "cuda:1"
+    dtype: str = "auto"                  # auto: bfloat16 on CUDA, float32 on CPU
+    cpu_threads: int = 0                 # torch intra-op threads; 0 = torch's default
+    # --- endpoints
+    bind: str = "tcp://127.0.0.1:5601"   # ROUTER for gateways; "tcp://host:*" picks a free port
+    vocoders: str = ""                   # comma-separated vocoder ROUTER endpoints
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = 5611                # 0: any free port (see ready_file)
+    peer_id: str = ""                    # empty: talker@<host>:<pid>
+    ready_file: str = ""                 # written (JSON endpoints) once SERVING
+    # --- engine
+    max_slots: int = 8
+    max_seq_len: int = 2048
+    max_prefill_batch: int = 8
+    max_queued: int = 64
+    max_text_tokens: int = 4096
+    batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
+    # --- liveness
+    heartbeat_interval_ms: int = 1000
+    vocoder_timeout_s: float = 3.0       # a vocoder silent this long is lost: its requests fail UNAVAILABLE
+    gateway_timeout_s: float = 10.0      # a gateway silent this long is gone: its requests are aborted
+    # --- transport and loop
+    poll_ms: int = 20                    # longest idle wait; bounds admin-call and timer latency
+    max_messages_per_poll: int = 512
+    router_rcv_hwm: int = 10000
+    router_snd_hwm: int = 1000
+    vocoder_snd_hwm: int = 1000          # FRAMES messages queued per vocoder before its requests fail
+    admin_timeout_s: float = 60.0
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("max_slots", "max_seq_len", "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll",
+                     "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.grpc_port <= 65535:
+            problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
+        if not self.vocoder_endpoints():
+            problems.append("vocoders is empty: give at least one vocoder endpoint (--vocoders tcp://host:port,...)")
+        try:
+            for endpoint in self.vocoder_endpoints():
+                check_endpoint(endpoint, "vocoder endpoint")
+            check_endpoint(self.bind, "bind endpoint")
+        except ValueError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise ValueError("invalid talker config: " + "; ".join(problems))
+        self.engine_config()
+
+    def vocoder_endpoints(self) -> list[str]:
+        return [part.strip() for part in self.vocoders.split(",") if part.strip()]
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(max_slots=self.max_slots, max_seq_len=self.max_seq_len,
+                            max_prefill_batch=self.max_prefill_batch, max_queued=self.max_queued,
+                            batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens)
+
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device.startswith("cuda") else "float32"
+
+    def resolved_peer_id(self) -> str:
+        return self.peer_id or f"talker@{socket.gethostname()}:{os.getpid()}"

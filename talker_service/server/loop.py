@@ -1,0 +1,280 @@
+"""The talker's event loop: receive -> step -> emit -> housekeeping, idle when nothing can run.
+
+One thread owns the engine and every ZeroMQ socket: the ROUTER gateways connect to, and one
+DEALER per vocoder. Each step's frames are sent as one FRAMES message per vocoder. gRPC admin
+calls reach the loop through `AdminJobs`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import zmq
+
+from protos import wire
+from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+from protos.tts.v1 import tts_pb2
+from talker_service.engine import FINISH_CONTEXT, FINISH_EOS, ErrorOut, FramesOut, TalkerEngine
+from talker_service.server.admin_jobs import AdminJobs
+from talker_service.server.config import TalkerServiceConfig
+from talker_service.server.gateways import GatewayPeers
+from talker_service.server.intake import GatewayIntake
+from talker_service.server.outbox import Outbox
+from talker_service.server.routes import Route
+from talker_service.server.start import StartReader
+from talker_service.server.stats import talker_stats
+from talker_service.server.vocoders import VocoderLink, VocoderLinks
+
+logger = logging.getLogger(__name__)
+
+HELLO_INTERVAL_S = 0.1
+FINISH_REASONS = {FINISH_EOS: tts_pb2.FINISH_REASON_END_OF_SPEECH, FINISH_CONTEXT: tts_pb2.FINISH_REASON_MAX_CONTEXT}
+
+
+def summary_of(out: FramesOut) -> vocoder_pb2.GenerationSummary:
+    return vocoder_pb2.GenerationSummary(
+        finish_reason=FINISH_REASONS.get(out.finish_reason, tts_pb2.FINISH_REASON_MAX_FRAMES),
+        num_frames=out.first_frame_index + out.codes.shape[0], num_prompt_tokens=out.num_prompt_tokens,
+        num_text_tokens=out.num_text_tokens, queue_ms=out.queue_ms, prefill_ms=out.prefill_ms,
+        first_frame_ms=out.first_frame_ms, total_ms=out.total_ms)
+
+
+class TalkerServer:
+    def __init__(self, config: TalkerServiceConfig, engine: TalkerEngine, model_name: str,
+                 start_reader: StartReader, admin: AdminJobs | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.model_name = model_name
+        self.start_reader = start_reader
+        self.admin = admin if admin is not None else AdminJobs()
+        self.peer_id = config.resolved_peer_id()
+        self.started_s = time.monotonic()
+        self.stop_requested = threading.Event()
+        self.routes: dict[str, Route] = {}
+        self.init_sockets()
+        self.init_handlers()
+
+    def init_sockets(self) -> None:
+        cfg = self.config
+        self.context = zmq.Context()
+        self.recv_from_gateways = self.context.socket(zmq.ROUTER)
+        self.recv_from_gateways.setsockopt(zmq.RCVHWM, cfg.router_rcv_hwm)
+        self.recv_from_gateways.setsockopt(zmq.SNDHWM, cfg.router_snd_hwm)
+        self.recv_from_gateways.setsockopt(zmq.LINGER, 0)
+        self.recv_from_gateways.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.recv_from_gateways.bind(cfg.bind)
+        self.endpoint = self.recv_from_gateways.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.vocoders = VocoderLinks(self.context, cfg.vocoder_endpoints(), cfg.vocoder_snd_hwm, cfg.vocoder_timeout_s)
+        self.gateways = GatewayPeers(cfg.gateway_timeout_s)
+        self.outbox = Outbox(self.recv_from_gateways, self.peer_id, self.model_name, cfg.heartbeat_interval_ms)
+        self.poller = zmq.Poller()
+        self.poller.register(self.recv_from_gateways, zmq.POLLIN)
+        for link in self.vocoders.links:
+            self.poller.register(link.socket, zmq.POLLIN)
+        self.next_heartbeat_s = 0.0
+        logger.info("talker %s receiving requests on %s", self.peer_id, self.endpoint)
+
+    def init_handlers(self) -> None:
+        self.intake = GatewayIntake(self)
+        self.gateway_handlers = {
+            wire.MessageType.START: self.intake.on_start,
+            wire.MessageType.TEXT: self.intake.on_text,
+            wire.MessageType.END: self.intake.on_end,
+            wire.MessageType.ABORT: self.intake.on_abort,
+            wire.MessageType.HEARTBEAT: self.gateways.heartbeat,
+        }
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self.stop_requested.is_set():
+                self.run_once()
+        finally:
+            self.close()
+
+    def run_once(self) -> None:
+        self.receive(0 if self.engine.has_runnable() else self.config.poll_ms)
+        self.admin.run(self)
+        if self.engine.has_runnable():
+            self.emit(self.engine.step())
+        self.housekeeping()
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    # ---- receive -----------------------------------------------------------------------------
+    def receive(self, timeout_ms: int) -> None:
+        ready = dict(self.poller.poll(timeout_ms))
+        for _ in range(self.config.max_messages_per_poll):
+            try:
+                frames = self.recv_from_gateways.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self.from_gateway(frames[0].bytes, frames[1:])
+        for link in self.vocoders.links:
+            if link.socket in ready:
+                self.from_vocoder(link)
+
+    def from_gateway(self, identity: bytes, body: list) -> None:
+        if self.gateways.touch(identity, time.monotonic()):
+            self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, self.heartbeat())
+        try:
+            msg_type, header, _ = wire.decode(body)
+        except ValueError as exc:
+            self.outbox.error_to_gateway(identity, "", "INVALID_ARGUMENT", f"malformed message: {exc}")
+            return
+        handler = self.gateway_handlers.get(msg_type)
+        if handler is None:
+            self.outbox.error_to_gateway(identity, getattr(header, "request_id", ""), "UNIMPLEMENTED",
+                                         f"{msg_type.name} is not accepted by this talker")
+            return
+        try:
+            handler(identity, header)
+        except Exception:   # one bad message must not take down every other stream
+            logger.exception("%s from gateway %s crashed its handler", msg_type.name, self.gateways.name(identity))
+            rid = getattr(header, "request_id", "")
+            if rid in self.routes:
+                self.fail_request(rid, "INTERNAL", f"{msg_type.name} handling failed on the talker")
+
+    def from_vocoder(self, link: VocoderLink) -> None:
+        for _ in range(self.config.max_messages_per_poll):
+            try:
+                msg_type, header, _ = wire.decode(link.socket.recv_multipart(flags=zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            except ValueError as exc:
+                logger.warning("malformed message from vocoder %s: %s", link.name, exc)
+                continue
+            if msg_type == wire.MessageType.HEARTBEAT:
+                if self.vocoders.heartbeat(link, header, time.monotonic()):
+                    self.fail_vocoder(link, "restarted and lost its streams")
+            elif msg_type == wire.MessageType.ERROR and header.request_id in link.streams:
+                code = common_pb2.StatusCode.Name(header.code or common_pb2.STATUS_CODE_UNKNOWN)
+                self.fail_request(header.request_id, code.removeprefix("STATUS_CODE_"),
+                                  f"vocoder {link.name}: {header.message}", notify_vocoder=False)
+            elif msg_type == wire.MessageType.ERROR:
+                logger.warning("error from vocoder %s: %s", link.name, header.message)
+
+    # ---- emit ------------------------------------------------------------------------------------
+    def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
+        batches: dict[int, tuple[VocoderLink, list, list, list[Route]]] = {}
+        for out in outs:
+            route = self.routes.get(out.request_id)
+            if route is None:
+                continue
+            if isinstance(out, ErrorOut):
+                self.end_route(route, out.code, out.message)
+            elif route.sink is not None:
+                route.sink.put(out)
+                if out.is_final:
+                    self.routes.pop(out.request_id, None)
+            else:
+                link, entries, codes, routes = batches.setdefault(id(route.vocoder), (route.vocoder, [], [], []))
+                entry = vocoder_pb2.FramesEntry(request_id=out.request_id, seq=out.seq, is_final=out.is_final)
+                rows = out.codes
+                if out.seq == 0:
+                    entry.reply_to = route.reply_to
+                    if route.context_codes is not None:   # the decoder's left context, not emitted as audio
+                        entry.num_context_frames = route.context_codes.shape[0]
+                        rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
+                if out.is_final:
+                    entry.summary.CopyFrom(summary_of(out))
+                    self.forget(route)
+                entries.append(entry)
+                codes.append(rows)
+                routes.append(route)
+        for link, entries, codes, routes in batches.values():
+            try:
+                self.outbox.frames_to_vocoder(link, entries, codes)
+            except zmq.ZMQError as exc:
+                why = f"did not accept frames ({exc})"
+                link.last_heartbeat_s = None   # unhealthy until it heartbeats again: new requests go elsewhere
+                for route in routes:   # some of them just finished: their routes are gone already
+                    self.engine.fail(route.request_id, "UNAVAILABLE", why)
+                    self.end_route(route, "UNAVAILABLE", f"request {route.request_id!r}: vocoder {link.name} {why}",
+                                   notify_vocoder=False)
+                self.fail_vocoder(link, why)
+
+    # ---- ending requests -------------------------------------------------------------------------
+    def forget(self, route: Route) -> None:
+        self.routes.pop(route.request_id, None)
+        if route.vocoder is not None:
+            route.vocoder.streams.discard(route.request_id)
+        peer = self.gateways.peers.get(route.gateway) if route.gateway is not None else None
+        if peer is not None:
+            peer.requests.discard(route.request_id)
+
+    def end_route(self, route: Route, code: str, message: str, notify_vocoder: bool = True) -> None:
+        """The request ends with an error: tell its gateway (or admin caller) and its vocoder."""
+        self.forget(route)
+        if route.sink is not None:
+            route.sink.put(ErrorOut(route.request_id, code, message))
+            return
+        self.outbox.error_to_gateway(route.gateway, route.request_id, code, message)
+        if notify_vocoder and route.vocoder is not None:
+            self.outbox.abort_to_vocoder(route.vocoder, route.request_id, code, message)
+
+    def fail_request(self, request_id: str, code: str, message: str, notify_vocoder: bool = True) -> None:
+        route = self.routes.get(request_id)
+        logger.warning("request %s failed (%s): %s", request_id, code, message)
+        self.engine.fail(request_id, code, message)
+        if route is not None:
+            self.end_route(route, code, message, notify_vocoder)
+
+    def abort_request(self, request_id: str, reason: str, message: str) -> None:
+        route = self.routes.get(request_id)
+        self.engine.abort(request_id)
+        if route is not None:
+            self.forget(route)
+            if route.vocoder is not None:
+                self.outbox.abort_to_vocoder(route.vocoder, request_id, reason, message)
+
+    def fail_vocoder(self, link: VocoderLink, why: str) -> None:
+        rids = sorted(link.streams)
+        logger.warning("vocoder %s %s: failing %d requests with UNAVAILABLE", link.name, why, len(rids))
+        for rid in rids:
+            self.fail_request(rid, "UNAVAILABLE", f"request {rid!r}: vocoder {link.name} {why}", notify_vocoder=False)
+
+    # ---- timers ------------------------------------------------------------------------------------
+    def heartbeat(self) -> common_pb2.Heartbeat:
+        load = common_pb2.Load(**self.engine.load())
+        return self.outbox.heartbeat(load, self.vocoders.num_healthy(time.monotonic()),
+                                     is_draining=self.stop_requested.is_set())
+
+    def housekeeping(self) -> None:
+        now_s = time.monotonic()
+        for link in self.vocoders.expire(now_s):
+            self.fail_vocoder(link, "went silent")
+        for rid in [rid for rid, r in self.routes.items() if r.deadline_s is not None and now_s > r.deadline_s]:
+            self.fail_request(rid, "DEADLINE_EXCEEDED", f"request {rid!r}: deadline passed")
+        if now_s < self.next_heartbeat_s:
+            for link in self.vocoders.links:   # not heard from yet: say hello often so it learns us fast
+                if link.last_heartbeat_s is None and now_s - link.last_hello_s > HELLO_INTERVAL_S:
+                    link.last_hello_s = now_s
+                    self.outbox.heartbeat_to_vocoder(link, self.heartbeat())
+            return
+        self.next_heartbeat_s = now_s + self.config.heartbeat_interval_ms / 1e3
+        for peer in self.gateways.expire(now_s):
+            for rid in sorted(peer.requests):
+                self.abort_request(rid, "CANCELLED", f"gateway {peer.peer_id} gone")
+        beat = self.heartbeat()
+        for identity in list(self.gateways.peers):
+            self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, beat)
+        for link in self.vocoders.links:
+            self.outbox.heartbeat_to_vocoder(link, beat)
+
+    def stats(self, reset: bool = False):
+        return talker_stats(self, reset)
+
+    def close(self) -> None:
+        for rid in list(self.routes):
+            self.fail_request(rid, "UNAVAILABLE", f"request {rid!r}: the talker shut down")
+        self.admin.close()
+        self.vocoders.close(linger_ms=500)
+        self.recv_from_gateways.close(linger=500)
+        self.context.term()
+        logger.info("talker loop stopped")
+
+

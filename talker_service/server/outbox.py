@@ -1,0 +1,80 @@
+"""Everything the talker sends: replies and heartbeats to gateways (ROUTER), frames and aborts to
+vocoders (DEALERs). Sends never block; a gateway send that fails is logged (that gateway will be
+expired), a vocoder send that fails raises for the caller to fail the requests involved."""
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+
+import numpy as np
+import zmq
+
+from protos import wire
+from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+from talker_service.server.vocoders import VocoderLink
+
+logger = logging.getLogger(__name__)
+
+
+def status_code(name: str) -> int:
+    """"UNAVAILABLE" -> common_pb2.STATUS_CODE_UNAVAILABLE."""
+    return common_pb2.StatusCode.Value("STATUS_CODE_" + name)
+
+
+class Outbox:
+    def __init__(self, router: zmq.Socket, peer_id: str, model: str, interval_ms: int) -> None:
+        self.router = router
+        self.peer_id = peer_id
+        self.model = model
+        self.interval_ms = interval_ms
+        self.incarnation = secrets.randbits(63)
+        self.num_gateway_send_failures = 0
+
+    # ---- gateways ---------------------------------------------------------------------------
+    def to_gateway(self, identity: bytes, msg_type: wire.MessageType, header) -> bool:
+        try:
+            self.router.send_multipart([identity, *wire.encode(msg_type, header)], flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.ZMQError as exc:   # EHOSTUNREACH (gone, ROUTER_MANDATORY) or its queue is full
+            self.num_gateway_send_failures += 1
+            logger.warning("%s to gateway %s not sent: %s", msg_type.name, identity.hex(), exc)
+            return False
+
+    def error_to_gateway(self, identity: bytes, request_id: str, code: str, message: str) -> None:
+        self.to_gateway(identity, wire.MessageType.ERROR, common_pb2.Error(
+            request_id=request_id, code=status_code(code), message=message, origin=self.peer_id))
+
+    def heartbeat(self, load: common_pb2.Load, num_healthy_vocoders: int, is_draining: bool = False
+                  ) -> common_pb2.Heartbeat:
+        return common_pb2.Heartbeat(
+            peer_id=self.peer_id, role=common_pb2.PEER_ROLE_TALKER, incarnation=self.incarnation,
+            sent_unix_ms=int(time.time() * 1e3), interval_ms=self.interval_ms, is_draining=is_draining,
+            load=load, model=self.model, num_healthy_vocoders=num_healthy_vocoders)
+
+    # ---- vocoders ---------------------------------------------------------------------------
+    def frames_to_vocoder(self, link: VocoderLink, entries: list[vocoder_pb2.FramesEntry],
+                          codes: list[np.ndarray]) -> None:
+        """One FramesChunk; entries' rows (codes[i] [n_i, 16]) back to back. Raises zmq.ZMQError."""
+        offset = 0
+        for entry, rows in zip(entries, codes):
+            entry.row_offset = offset
+            entry.num_frames = rows.shape[0]
+            offset += rows.shape[0]
+        chunk = vocoder_pb2.FramesChunk(talker_id=self.peer_id, entries=entries)
+        # every code is < 3072, so int16 halves the bytes on the wire
+        array = np.concatenate(codes).astype(np.int16) if codes else np.zeros((0, 16), np.int16)   # [total, 16]
+        link.socket.send_multipart(wire.encode(wire.MessageType.FRAMES, chunk, array), flags=zmq.NOBLOCK, copy=False)
+
+    def abort_to_vocoder(self, link: VocoderLink, request_id: str, reason: str, message: str) -> None:
+        try:
+            link.socket.send_multipart(wire.encode(wire.MessageType.ABORT, common_pb2.Abort(
+                request_id=request_id, reason=status_code(reason), message=message)), flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:   # it will time the stream out on its side
+            logger.warning("request %s: ABORT to vocoder %s not sent: %s", request_id, link.name, exc)
+
+    def heartbeat_to_vocoder(self, link: VocoderLink, beat: common_pb2.Heartbeat) -> None:
+        try:
+            link.socket.send_multipart(wire.encode(wire.MessageType.HEARTBEAT, beat), flags=zmq.NOBLOCK)
+        except zmq.Again:   # not connected yet (ZMQ_IMMEDIATE): it is not healthy until it answers
+            pass

@@ -1,0 +1,283 @@
+"""Gateway StreamSynthesize / Synthesize against a fake talker on loopback (real gRPC, real ZeroMQ)."""
+from __future__ import annotations
+
+import asyncio
+import io
+
+import grpc
+import numpy as np
+import pytest
+import soundfile
+
+from test_gateway_support import FakeTalker, running_gateway, tokens_from_pcm
+from checkpoint.files import resolve_model_dir
+from gateway.text_tokenizer import TextTokenizer
+from protos.tts.internal.v1 import common_pb2
+from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc
+
+pytestmark = pytest.mark.timeout(60)
+TEXT = "Hello world. This is a streaming test, with several words!"
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return resolve_model_dir("tiny")
+
+
+@pytest.fixture
+def talker():
+    fake = FakeTalker()
+    yield fake
+    fake.close()
+
+
+def run(coro, timeout_s: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+def speaker_config(**kw) -> config_pb2.SynthesisConfig:
+    kw.setdefault("language", "English")
+    cfg = config_pb2.SynthesisConfig(speaker=config_pb2.SpeakerVoice(name="Vivian"), **kw)
+    cfg.sampling.seed = 1234
+    return cfg
+
+
+def req(**kw) -> tts_pb2.StreamSynthesizeRequest:
+    return tts_pb2.StreamSynthesizeRequest(**kw)
+
+
+async def collect(stub, messages, timeout_s: float = 10.0):
+    async def gen():
+        for m in messages:
+            yield m
+    return [r async for r in stub.StreamSynthesize(gen(), timeout=timeout_s)]
+
+
+async def read_all(call) -> list:
+    out = []
+    while (r := await call.read()) is not grpc.aio.EOF:
+        out.append(r)
+    return out
+
+
+def audio_of(responses) -> bytes:
+    return b"".join(r.audio.audio for r in responses if r.HasField("audio"))
+
+
+def test_streamed_text_comes_back_as_audio_in_order(model_dir, talker, tmp_path):
+    words = TEXT.split(" ")
+    expected_ids = TextTokenizer.from_dir(model_dir).target_ids(TEXT)
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                call = stub.StreamSynthesize(timeout=10)
+                await call.write(req(config=speaker_config(audio_format=config_pb2.AudioFormat(
+                    encoding=config_pb2.AUDIO_ENCODING_FLOAT32))))
+                start = await call.read()
+                for i, word in enumerate(words[:-1]):
+                    await call.write(req(text=word + " "))
+                first_audio = await call.read()      # audio arrives while the text is still open
+                assert first_audio.HasField("audio")
+                await call.write(req(text=words[-1]))
+                await call.done_writing()
+                rest = [first_audio] + await read_all(call)
+                return start, rest
+
+    start, responses = run(body())
+    assert start.start.voice.name == "vivian" and start.start.seed == 1234
+    assert start.start.text_mode == config_pb2.TEXT_MODE_STREAMING
+    assert start.start.audio_format.sample_rate_hz == 24000
+    chunks = [r.audio for r in responses if r.HasField("audio")]
+    assert [c.sequence_number for c in chunks] == list(range(len(chunks)))
+    offsets = np.cumsum([0] + [c.num_samples for c in chunks])[:-1]
+    assert [c.sample_offset for c in chunks] == list(offsets)
+    pcm = np.frombuffer(audio_of(responses), "<f4")
+    assert tokens_from_pcm(pcm) == [i % 1000 for i in expected_ids]
+    assert responses[-1].HasField("summary")
+    summary = responses[-1].summary
+    assert summary.num_text_tokens == len(expected_ids)
+    assert summary.audio_s == pytest.approx(len(expected_ids) * 1920 / 24000)
+    assert summary.time_to_first_audio_ms > 0 and summary.real_time_factor > 0
+    (fake_req,) = talker.requests.values()
+    assert fake_req.start.speaker.speaker_codec_id == 3065 and fake_req.start.language_codec_id == 2050
+    assert fake_req.start.sampling.seed == 1234 and fake_req.abort is None
+
+
+def test_flush_is_acknowledged_and_commits_the_partial_word(model_dir, talker, tmp_path):
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                return await collect(stub, [req(config=speaker_config()), req(text="Hello wor"),
+                                            req(flush=tts_pb2.Flush(flush_id="f1")), req(text="ld"),
+                                            req(end=tts_pb2.EndOfInput())])
+
+    responses = run(body())
+    (ack,) = [r.flush_ack for r in responses if r.HasField("flush_ack")]
+    tok = TextTokenizer.from_dir(model_dir)
+    assert ack.flush_id == "f1" and ack.num_text_tokens == len(tok.target_ids("Hello wor"))
+    (fake_req,) = talker.requests.values()
+    assert fake_req.tokens == tok.target_ids("Hello wor") + tok.encode("ld")
+
+
+def test_unary_synthesize_returns_a_complete_wav(model_dir, talker, tmp_path):
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                cfg = speaker_config(audio_format=config_pb2.AudioFormat(encoding=config_pb2.AUDIO_ENCODING_WAV,
+                                                                         sample_rate_hz=16000))
+                return await stub.Synthesize(tts_pb2.SynthesizeRequest(config=cfg, text=TEXT), timeout=10)
+
+    response = run(body())
+    num_tokens = len(TextTokenizer.from_dir(model_dir).target_ids(TEXT))
+    pcm, rate = soundfile.read(io.BytesIO(response.audio), dtype="float32")
+    assert rate == 16000 and abs(len(pcm) - num_tokens * 1920 * 16000 // 24000) <= 2
+    assert response.start.text_mode == config_pb2.TEXT_MODE_NON_STREAMING
+    (fake_req,) = talker.requests.values()
+    assert fake_req.start.is_text_complete and len(fake_req.start.text_token_ids) == num_tokens
+
+
+BAD_INPUTS = [
+    ("text before config", [req(text="hi")], "config:"),
+    ("repeated config", [req(config=speaker_config()), req(text="Hi there"), req(config=speaker_config())],
+     "repeated config"),
+    ("unknown voice", [req(config=config_pb2.SynthesisConfig(speaker=config_pb2.SpeakerVoice(name="nobody")))],
+     "config.speaker.name"),
+    ("wrong voice kind", [req(config=config_pb2.SynthesisConfig(design=config_pb2.DesignVoice(instruct="x")))],
+     "config.design"),
+    ("no voice", [req(config=config_pb2.SynthesisConfig(language="english"))], "config.voice"),
+    ("unknown language", [req(config=speaker_config(language="klingon"))], "config.language"),
+    ("unknown encoding", [req(config=speaker_config(audio_format=config_pb2.AudioFormat(encoding=42)))],
+     "config.audio_format.encoding"),
+    ("rate out of range", [req(config=speaker_config(audio_format=config_pb2.AudioFormat(sample_rate_hz=4000)))],
+     "config.audio_format.sample_rate_hz"),
+    ("opus rate", [req(config=speaker_config(audio_format=config_pb2.AudioFormat(
+        encoding=config_pb2.AUDIO_ENCODING_OGG_OPUS, sample_rate_hz=44100)))], "config.audio_format.sample_rate_hz"),
+    ("speed", [req(config=speaker_config(speed=3.0))], "config.speed"),
+    ("temperature", [req(config=config_pb2.SynthesisConfig(
+        speaker=config_pb2.SpeakerVoice(name="ryan"), sampling=config_pb2.SamplingParams(temperature=0)))],
+     "config.sampling.temperature"),
+    ("empty text at end", [req(config=speaker_config()), req(text="   "), req(end=tts_pb2.EndOfInput())], "text:"),
+    ("text over limit", [req(config=speaker_config()), req(text="word " * 50)], "over the limit"),
+    ("oversized message", [req(config=speaker_config()), req(text="x" * 3000)], "bytes is over the limit"),
+    ("registered voice on a custom_voice model", [req(config=config_pb2.SynthesisConfig(registered_voice_id="nope"))],
+     "config.registered_voice_id"),
+]
+
+
+def test_every_bad_input_is_refused_naming_the_field_without_disturbing_a_live_stream(model_dir, talker, tmp_path):
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, max_text_chars=200,
+                                   max_message_bytes=2000) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                good = stub.StreamSynthesize(timeout=20)
+                await good.write(req(config=speaker_config(audio_format=config_pb2.AudioFormat(
+                    encoding=config_pb2.AUDIO_ENCODING_FLOAT32))))
+                await good.write(req(text="Hello there "))
+                outcomes = {}
+                for name, messages, _ in BAD_INPUTS:
+                    with pytest.raises(grpc.aio.AioRpcError, match="") as info:
+                        got = await collect(stub, messages)
+                        pytest.fail(f"{name}: not refused, got {got}")
+                    outcomes[name] = (info.value.code(), info.value.details())
+                await good.write(req(text="world."))
+                await good.done_writing()
+                return outcomes, await read_all(good)
+
+    outcomes, good = run(body())
+    for name, _, needle in BAD_INPUTS:
+        code, details = outcomes[name]
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (name, code, details)
+        assert needle in details, (name, details)
+    assert good[-1].HasField("summary")
+    tok = TextTokenizer.from_dir(model_dir)
+    assert tokens_from_pcm(np.frombuffer(audio_of(good), "<f4")) == [
+        i % 1000 for i in tok.target_ids("Hello there world.")]
+
+
+def test_capacity_refuses_at_once_and_talker_refusal_is_forwarded(model_dir, tmp_path):
+    fake = FakeTalker(num_slots=8)
+    try:
+        async def body():
+            async with running_gateway(model_dir, [fake.endpoint], tmp_path, max_streams=1) as gw:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                    stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                    held = stub.StreamSynthesize(timeout=10)
+                    await held.write(req(config=speaker_config()))
+                    await held.read()
+                    with pytest.raises(grpc.aio.AioRpcError) as info:
+                        await collect(stub, [req(config=speaker_config())])
+                    held.cancel()
+                    return info.value
+
+        err = run(body())
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "capacity" in err.details()
+    finally:
+        fake.close()
+    full = FakeTalker(refuse_code=common_pb2.STATUS_CODE_RESOURCE_EXHAUSTED)
+    try:
+        async def refused():
+            async with running_gateway(model_dir, [full.endpoint], tmp_path) as gw:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                    with pytest.raises(grpc.aio.AioRpcError) as info:
+                        await collect(tts_pb2_grpc.TextToSpeechStub(channel), [req(config=speaker_config())])
+                    return info.value
+
+        assert run(refused()).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        full.close()
+
+
+def test_cancel_and_deadline_become_aborts(model_dir, talker, tmp_path):
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                call = stub.StreamSynthesize(timeout=10)
+                await call.write(req(config=speaker_config()))
+                cancelled_id = (await call.read()).start.request_id
+                await call.write(req(text="Hello there friend "))
+                await call.read()
+                call.cancel()
+                late = stub.StreamSynthesize(timeout=0.8)
+                await late.write(req(config=speaker_config()))
+                late_id = (await late.read()).start.request_id
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await late.read()
+                assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                return cancelled_id, late_id
+
+    cancelled_id, late_id = run(body())
+    aborts = talker.wait_for(lambda t: all(t.requests[i].abort for i in (cancelled_id, late_id)) and t.requests)
+    assert aborts
+    assert talker.requests[cancelled_id].abort.reason == common_pb2.STATUS_CODE_CANCELLED
+    assert talker.requests[late_id].start.deadline_unix_ms > 0
+
+
+def test_lost_talker_fails_streams_unavailable_and_health_follows(model_dir, talker, tmp_path):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                before = (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                call = stub.StreamSynthesize(timeout=10)
+                await call.write(req(config=speaker_config()))
+                await call.read()
+                talker.is_silent = True
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call.read()
+                after = (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
+                return before, info.value, after
+
+    before, err, after = run(body())
+    from grpc_health.v1 import health_pb2
+    assert before == health_pb2.HealthCheckResponse.SERVING
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "lost" in err.details()
+    assert after == health_pb2.HealthCheckResponse.NOT_SERVING

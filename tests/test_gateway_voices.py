@@ -1,0 +1,75 @@
+"""ListVoices / RegisterVoice / DeleteVoice and per-request clones against the fake talker (Base model)."""
+from __future__ import annotations
+
+import asyncio
+import io
+
+import grpc
+import numpy as np
+import pytest
+import soundfile
+
+from test_gateway_support import FakeTalker, running_gateway
+from checkpoint.files import resolve_model_dir
+from client import TtsClient, make_config
+from gateway.voices import VoiceRegistry
+from protos.tts.v1 import config_pb2, voices_pb2
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def reference_wav(tmp_path, seconds: float = 2.0, rate: int = 16000):
+    path = tmp_path / "ref.wav"
+    t = np.arange(int(seconds * rate)) / rate
+    soundfile.write(path, 0.3 * np.sin(2 * np.pi * 220 * t), rate)
+    return path
+
+
+def test_register_use_list_delete_and_persist(tmp_path):
+    model_dir = resolve_model_dir("tiny-base")
+    talker = FakeTalker()
+    ref = reference_wav(tmp_path)
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, model_name="tiny-base") as gw:
+            async with TtsClient(f"127.0.0.1:{gw.port}") as client:
+                voice = await client.register_voice("my-voice", ref, reference_text="Hello there.")
+                with pytest.raises(grpc.aio.AioRpcError) as dup:
+                    await client.register_voice("my-voice", ref, reference_text="Hello there.")
+                listed = await client.list_voices()
+                got = [r async for r in client.stream(["Say this."], make_config("id:my-voice", seed=1))]
+                cloned = [r async for r in client.stream(["Say this."], make_config(
+                    reference_audio=ref, reference_text="Hello there.", seed=1))]
+                with pytest.raises(grpc.aio.AioRpcError) as short:
+                    await client.register_voice("short", reference_wav(tmp_path, 0.2), reference_text="x")
+                deleted = await client.delete_voice("my-voice")
+                with pytest.raises(grpc.aio.AioRpcError) as gone:
+                    [r async for r in client.stream(["Hi."], make_config("id:my-voice"))]
+                return voice, dup.value, listed, got, cloned, short.value, deleted, gone.value
+
+    try:
+        voice, dup, listed, got, cloned, short, deleted, gone = asyncio.run(asyncio.wait_for(body(), 60))
+    finally:
+        talker.close()
+    assert voice.voice_id == "my-voice" and voice.reference_audio_s == pytest.approx(2.0)
+    assert dup.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert listed.models[0].model_type == voices_pb2.MODEL_TYPE_BASE and "english" in listed.models[0].languages
+    assert [v.voice_id for v in listed.registered_voices] == ["my-voice"]
+    assert got[-1].HasField("summary") and cloned[-1].HasField("summary")
+    starts = [r.start for r in talker.requests.values()]
+    assert all(s.HasField("clone") and len(s.clone.speaker_embedding) == 4 for s in starts)
+    assert len(talker.encoded_voices) == 2   # one registration + one per-request clone
+    assert short.code() == grpc.StatusCode.INVALID_ARGUMENT and "too short" in short.details()
+    assert deleted.voice_id == "my-voice"
+    assert gone.code() == grpc.StatusCode.NOT_FOUND and "config.registered_voice_id" in gone.details()
+    assert VoiceRegistry(tmp_path / "voices").records == {}
+
+
+def test_registry_survives_a_restart(tmp_path):
+    from gateway.voices import VoiceRecord
+    from protos.tts.internal.v1 import talker_pb2
+    reg = VoiceRegistry(tmp_path)
+    reg.put(VoiceRecord(voices_pb2.RegisteredVoice(voice_id="v1", model="m"),
+                        talker_pb2.VoicePrompt(model="m", speaker_embedding=[1.0, 2.0])))
+    again = VoiceRegistry(tmp_path)
+    assert list(again.records) == ["v1"] and list(again.get("v1").prompt.speaker_embedding) == [1.0, 2.0]

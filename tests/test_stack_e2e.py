@@ -1,0 +1,195 @@
+"""The three real processes on loopback (tiny checkpoint, CPU), started by `python -m launcher`.
+
+Covers: streamed text in -> audio out; audio equal to the offline Synthesizer for the same seed;
+slow text still gives audio before it ends; cancel frees talker and vocoder state; bad input;
+reflection list/describe; health and a clean SIGTERM shutdown.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from client import TtsClient, make_config
+from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
+from protos.tts.v1 import config_pb2, tts_pb2
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FRAMES = 12
+SEED = 4242
+
+
+def run(coro, timeout_s: float = 60.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    work = tmp_path_factory.mktemp("stack")
+    ready = work / "ready.json"
+    log = open(work / "launcher.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "--grpc-port", "0", "--work-dir", str(work),
+                             "--ready-file", str(ready), "--health-timeout-s", "90", "--drain-grace-s", "2",
+                             "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 100
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((work / "launcher.log").read_text()[-4000:])
+            time.sleep(0.1)
+        info = json.loads(ready.read_text())
+        info["proc"], info["work"] = proc, work
+        yield info
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
+def config(**kw) -> config_pb2.SynthesisConfig:
+    return make_config("vivian", language="english", encoding=config_pb2.AUDIO_ENCODING_FLOAT32, seed=SEED,
+                       max_frames=MAX_FRAMES, **kw)
+
+
+def pcm_of(responses) -> np.ndarray:
+    return np.frombuffer(b"".join(r.audio.audio for r in responses if r.HasField("audio")), "<f4")
+
+
+@pytest.fixture(scope="module")
+def offline(stack):
+    from talker_service.generate import Synthesizer
+    synth = Synthesizer.from_pretrained("tiny")
+
+    def synthesize(text: str, non_streaming: bool) -> np.ndarray:
+        # The offline API follows the official max_new_tokens, whose last step yields no frame
+        # (N gives N - 1 frames); SamplingParams.max_frames counts frames.
+        sampling = synth.sampling_params(seed=SEED, max_new_tokens=MAX_FRAMES + 1)
+        pcm, _ = synth.synthesize(text, voice="vivian", language="english", sampling=sampling,
+                                  non_streaming_mode=non_streaming)
+        return pcm
+    return synthesize
+
+
+def test_unary_audio_equals_the_offline_api_for_the_same_seed(stack, offline):
+    text = "Hello from the gateway."
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            return await client.synthesize(text, config(), timeout_s=60)
+
+    response = run(body())
+    got = np.frombuffer(response.audio, "<f4")
+    want = offline(text, non_streaming=True)
+    assert response.start.text_mode == config_pb2.TEXT_MODE_NON_STREAMING
+    assert response.summary.num_frames == MAX_FRAMES and got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_streamed_words_give_audio_equal_to_offline_streaming_mode(stack, offline):
+    text = "Streaming text arrives one word at a time."
+
+    async def words():
+        for i, word in enumerate(text.split(" ")):
+            yield word if i == 0 else " " + word
+            await asyncio.sleep(0.02)
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            return [r async for r in client.stream(words(), config(), timeout_s=60)]
+
+    responses = run(body())
+    assert responses[0].HasField("start") and responses[-1].HasField("summary")
+    got = pcm_of(responses)
+    np.testing.assert_allclose(got, offline(text, non_streaming=False), atol=1e-4)
+
+
+def test_slow_text_yields_audio_before_the_text_ends(stack):
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            call = client.stub.StreamSynthesize(timeout=60)
+            await call.write(tts_pb2.StreamSynthesizeRequest(config=config()))
+            await call.read()  # start
+            await call.write(tts_pb2.StreamSynthesizeRequest(text="This sentence is long enough to start "))
+            first = await asyncio.wait_for(call.read(), 30)
+            await call.write(tts_pb2.StreamSynthesizeRequest(text="speaking."))
+            await call.done_writing()
+            rest = []
+            while (r := await call.read()) is not grpc.aio.EOF:
+                rest.append(r)
+            return first, rest
+
+    first, rest = run(body())
+    assert first.HasField("audio") and len(first.audio.audio) > 0
+    assert rest[-1].HasField("summary")
+
+
+def _stats(port: int, stub_class, target_host="127.0.0.1"):
+    with grpc.insecure_channel(f"{target_host}:{port}") as channel:
+        return stub_class(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=5)
+
+
+def test_cancel_mid_stream_frees_talker_and_vocoder_state(stack):
+    work = stack["work"]
+    talker_port = json.loads((work / "talker.ready.json").read_text())["grpc_port"]
+    vocoder_port = json.loads((work / "vocoder.ready.json").read_text())["grpc_port"]
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            cfg = config()
+            cfg.sampling.max_frames = 2000
+            call = client.stub.StreamSynthesize(timeout=60)
+            await call.write(tts_pb2.StreamSynthesizeRequest(config=cfg))
+            await call.read()
+            await call.write(tts_pb2.StreamSynthesizeRequest(text="Keep talking for a long while please."))
+            await call.write(tts_pb2.StreamSynthesizeRequest(end=tts_pb2.EndOfInput()))
+            await asyncio.wait_for(call.read(), 30)
+            call.cancel()
+
+    run(body())
+    deadline = time.monotonic() + 15
+    while True:
+        talker = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub)
+        vocoder = _stats(vocoder_port, admin_pb2_grpc.VocoderAdminStub)
+        if talker.load.num_slots_used == 0 and vocoder.load.num_slots_used == 0:
+            break
+        assert time.monotonic() < deadline, (talker.load, vocoder.load)
+        time.sleep(0.1)
+
+
+def test_bad_input_is_refused_and_reflection_and_health_answer(stack):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    async def bad():
+        async with TtsClient(stack["grpc_target"]) as client:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                [r async for r in client.stream(["hi"], make_config("nobody"), timeout_s=10)]
+            return info.value
+
+    err = run(bad())
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.speaker.name" in err.details()
+    with grpc.insecure_channel(stack["grpc_target"]) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = list(stub.ServerReflectionInfo(iter([
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="tts.v1.TextToSpeech")]), timeout=10))
+        names = {s.name for s in replies[0].list_services_response.service}
+        assert {"tts.v1.TextToSpeech", "grpc.health.v1.Health"} <= names
+        assert replies[1].file_descriptor_response.file_descriptor_proto
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        assert status == health_pb2.HealthCheckResponse.SERVING

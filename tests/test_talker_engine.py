@@ -1,0 +1,138 @@
+"""The talker engine in-process (tiny CustomVoice checkpoint, CPU, no sockets).
+
+A request's codes depend only on its own inputs and seed: alone, with batch mates arriving at
+other times, padded to a bucket with scratch rows, or with its text arriving token by token.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from talker_service.engine import FINISH_CONTEXT, FINISH_LENGTH
+from test_talker_engine_support import SPEAKERS, Collector, add, make_engine, run_until_idle, text_ids
+from test_vocoder_process_support import one_cpu_thread
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with one_cpu_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return make_engine(max_slots=4)
+
+
+def alone(engine, rid, ids, seed, **kw) -> np.ndarray:
+    got = Collector()
+    add(engine, rid, ids, seed, **kw)
+    run_until_idle(engine, got)
+    assert rid in got.final
+    return got.codes(rid)
+
+
+CASES = [  # (text length, seed, greedy, streaming text mode, speaker)
+    (6, 11, False, True, "vivian"), (3, 12, True, True, "ryan"), (9, 13, False, False, "serena"),
+    (4, 14, True, False, "eric"), (7, 15, False, True, "ryan"), (5, 16, False, True, "vivian"),
+]
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_staggered_batching_equals_each_request_alone(engine, pad):
+    expected = {i: alone(engine, f"a{i}", text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
+                for i, (n, seed, greedy, streaming, spk) in enumerate(CASES)}
+    assert sum(len(c) for c in expected.values()) > 20
+    batched = make_engine(max_slots=4, pad_to_buckets=pad, batch_buckets=(2, 4))
+    got = Collector()
+    arrivals = {0: [0, 1], 2: [2], 3: [3, 4], 7: [5]}   # step -> cases arriving; 6 requests share 4 slots
+    for tick in range(200):
+        for i in arrivals.get(tick, []):
+            n, seed, greedy, streaming, spk = CASES[i]
+            add(batched, i, text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
+        if tick > max(arrivals) and not batched.has_work():
+            break
+        got.take(batched.step())
+    for i, codes in expected.items():
+        assert np.array_equal(got.codes(i), codes), f"request {i} differs when batched (pad={pad})"
+    assert max(batched.stats.batch_size_histogram) >= 3
+    batched.scheduler.check_invariants()
+
+
+def test_parked_request_does_not_stall_others_and_token_by_token_equals_all_at_once(engine):
+    ids = text_ids(40, 5)
+    expected = alone(engine, "whole", ids, 7)
+    expected_other = alone(engine, "other-alone", text_ids(41, 8), 8, max_new_tokens=30)
+    got = Collector()
+    feed = add(engine, "drip", ids[:1], 7, close=False)
+    add(engine, "other", text_ids(41, 8), 8, max_new_tokens=30)
+    pending, parked_steps = ids[1:], 0
+    for tick in range(300):
+        if not engine.has_work():
+            break
+        if tick % 4 == 3:   # one token every fourth step, then end of input
+            if pending:
+                feed.push([pending.pop(0)])
+            elif not feed.is_closed:
+                feed.close()
+        before = len(got.frames.get("other", []))
+        parked = engine.load()["num_requests_parked"]
+        got.take(engine.step())
+        if parked and len(got.frames.get("other", [])) > before:
+            parked_steps += 1
+    assert parked_steps > 0, "the other request never advanced while one was parked"
+    assert np.array_equal(got.codes("drip"), expected)
+    assert np.array_equal(got.codes("other"), expected_other)
+
+
+def test_request_waiting_for_its_first_text_lets_others_prefill(engine):
+    got = Collector()
+    feed = add(engine, "silent", None, 1, close=False)
+    add(engine, "talks", text_ids(2, 3), 2, max_new_tokens=5)
+    for _ in range(10):
+        got.take(engine.step())
+    assert "talks" in got.final and "silent" not in got.frames
+    assert engine.load()["num_requests_queued"] == 1
+    feed.push(text_ids(3, 2))
+    feed.close()
+    run_until_idle(engine, got)
+    assert "silent" in got.final
+
+
+def test_max_context_ends_with_context_reason_and_long_prompt_fails(engine):
+    small = make_engine(max_slots=2, max_seq_len=24)
+    got = Collector()
+    add(small, "fits", text_ids(5, 2), 5, greedy=True, max_new_tokens=100, min_new_tokens=100)   # no EOS
+    add(small, "too-long", text_ids(6, 30), 6, streaming=False)
+    run_until_idle(small, got)
+    assert got.final["fits"].finish_reason == FINISH_CONTEXT
+    # the last frame was decoded at position 23, the slot's last
+    assert got.final["fits"].num_prompt_tokens + len(got.codes("fits")) - 1 == 24
+    error = got.errors["too-long"]
+    assert error.code == "OUT_OF_RANGE" and "does not fit the context of 24" in error.message
+    small.scheduler.check_invariants()
+    assert len(small.scheduler.free_slots) == 2
+
+
+def test_no_slot_or_cache_leak_after_thousands_of_requests():
+    engine = make_engine(max_slots=8, max_seq_len=64, max_queued=4)
+    got, rng, live = Collector(), np.random.default_rng(0), []
+    num_requests = 1000
+    for i in range(num_requests):
+        add(engine, i, text_ids(i, int(rng.integers(1, 4))), i, speaker=SPEAKERS[i % 4],
+            max_new_tokens=int(rng.integers(1, 5)))
+        live.append(i)
+        if i % 7 == 3:
+            engine.abort(live[-2])
+        if i % 11 == 5 and engine.fail(live[-3], "UNAVAILABLE", "vocoder lost") is not None:
+            got.errors[live[-3]] = None
+        while engine.scheduler.num_live >= 12:
+            got.take(engine.step())
+    run_until_idle(engine, got)
+    engine.scheduler.check_invariants()
+    assert len(engine.scheduler.free_slots) == 8 and engine.scheduler.num_live == 0
+    s = engine.stats
+    assert s.num_started == num_requests
+    assert s.num_finished + s.num_aborted + s.num_failed == num_requests
+    assert len(got.final) == s.num_finished and s.num_aborted > 100
+    assert all(out.finish_reason in ("eos", FINISH_LENGTH) for out in got.final.values())

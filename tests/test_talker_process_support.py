@@ -1,0 +1,128 @@
+"""Helpers of the talker process tests: the talker process on loopback and a gateway stand-in
+(DEALER to the talker's ROUTER plus the PULL the vocoder pushes audio to). No tests here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from protos import wire
+from protos.tts.internal.v1 import common_pb2, talker_pb2
+from test_vocoder_process_support import Received
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class TalkerProcess:
+    def __init__(self, work_dir: Path, args: list[str]) -> None:
+        self.ready_file = work_dir / "talker.ready.json"
+        self.log_path = work_dir / "talker.log"
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "talker_service", "--ready-file", str(self.ready_file),
+                                      *args], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"talker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self.ready_file.exists():
+                return json.loads(self.ready_file.read_text())
+            time.sleep(0.05)
+        raise TimeoutError(f"talker not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, num_chars: int = 6000) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+
+class GatewayStandIn:
+    def __init__(self, requests_endpoint: str, name: str = "gateway-under-test") -> None:
+        self.context = zmq.Context()
+        self.dealer = self.context.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.connect(requests_endpoint)
+        self.audio = self.context.socket(zmq.PULL)
+        self.audio.setsockopt(zmq.LINGER, 0)
+        self.reply_to = f"tcp://127.0.0.1:{self.audio.bind_to_random_port('tcp://127.0.0.1')}"
+        self.name = name
+        self.replies: list = []           # (type, header) from the talker, heartbeats excluded
+        self.last_beat: common_pb2.Heartbeat | None = None
+        self.received: dict[str, Received] = {}
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        self.send(wire.MessageType.HEARTBEAT, common_pb2.Heartbeat(peer_id=self.name, role=common_pb2.PEER_ROLE_GATEWAY,
+                                                                   interval_ms=200))
+
+    def send(self, msg_type: wire.MessageType, header) -> None:
+        self.dealer.send_multipart(wire.encode(msg_type, header))
+
+    def start(self, request_id: str, **fields) -> None:
+        self.send(wire.MessageType.START, talker_pb2.Start(request_id=request_id, reply_to=self.reply_to, **fields))
+
+    def text(self, request_id: str, seq: int, ids: list[int]) -> None:
+        self.send(wire.MessageType.TEXT, talker_pb2.Text(request_id=request_id, seq=seq, token_ids=ids))
+
+    def end(self, request_id: str, num_text_messages: int) -> None:
+        self.send(wire.MessageType.END, talker_pb2.End(request_id=request_id, num_text_messages=num_text_messages))
+
+    def pump(self, timeout_ms: int = 0) -> None:
+        """Read whatever arrived on both sockets; heartbeat back so the talker keeps us alive."""
+        poller = zmq.Poller()
+        poller.register(self.dealer, zmq.POLLIN)
+        poller.register(self.audio, zmq.POLLIN)
+        poller.poll(timeout_ms)
+        while self.dealer.poll(0):
+            msg_type, header, _ = wire.decode(self.dealer.recv_multipart())
+            if msg_type == wire.MessageType.HEARTBEAT:
+                self.last_beat = header
+                self.heartbeat()
+            else:
+                self.replies.append((msg_type, header))
+                if msg_type == wire.MessageType.ERROR:
+                    self.received.setdefault(header.request_id, Received()).error = header
+        while self.audio.poll(0):
+            msg_type, header, array = wire.decode(self.audio.recv_multipart())
+            got = self.received.setdefault(header.request_id, Received())
+            if msg_type == wire.MessageType.ERROR:
+                got.error = header
+            else:
+                got.chunks.append(header)
+                got.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
+
+    def reply(self, request_id: str, msg_type: wire.MessageType, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for got_type, header in self.replies:
+                if got_type == msg_type and header.request_id == request_id:
+                    return header
+            self.pump(50)
+        raise TimeoutError(f"no {msg_type.name} for {request_id!r} within {timeout_s} s; got {self.replies}")
+
+    def wait_done(self, request_ids: list[str], timeout_s: float) -> dict[str, Received]:
+        deadline = time.monotonic() + timeout_s
+        while not all(rid in self.received and self.received[rid].is_done for rid in request_ids):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"requests not done after {timeout_s} s: "
+                                   f"{ {rid: self.received.get(rid) for rid in request_ids} }")
+            self.pump(50)
+        return {rid: self.received[rid] for rid in request_ids}
+
+    def close(self) -> None:
+        self.dealer.close(linger=0)
+        self.audio.close(linger=0)
+        self.context.term()
