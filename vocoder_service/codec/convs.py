@@ -45,10 +45,23 @@ class CausalConv1d(nn.Module):
             return self.conv(x)
         if state is None:
             full = F.pad(x, (self.context_len, 0))
-        else:
-            full = torch.cat([state.context(self.state_key), x], dim=-1)
+            return self.conv(full)
+        tail = state.context(self.state_key)  # [B, C_in, context_len]
+        num_samples = x.shape[-1]  # static per captured (bs, t) shape, so this branch is too
+        if num_samples < self.context_len:
+            full = torch.cat([tail, x], dim=-1)
             state.advance(self.state_key, full, self.samples_per_frame)
-        return self.conv(full)
+            return self.conv(full)
+        # Long inputs (the 400 Hz .. 24 kHz stages): never materialise [tail ++ x], a full copy of
+        # the activation per conv (7.5% of an eager batch-64 step on the H200). Convolve x with
+        # zero left context, then recompute only the first context_len outputs from the tail.
+        state.advance_split(self.state_key, tail, x, self.samples_per_frame)
+        conv = self.conv
+        out = F.conv1d(x, conv.weight, conv.bias, padding=self.context_len, dilation=conv.dilation, groups=conv.groups)
+        out = out[..., :num_samples]  # outputs of positions 0..T-1 (the right padding is dropped)
+        edge = torch.cat([tail, x[..., : self.context_len]], dim=-1)  # [B, C_in, 2 * context_len]
+        out[..., : self.context_len] = conv(edge)
+        return out
 
 
 class CausalConvTranspose1d(nn.Module):

@@ -44,6 +44,22 @@ class StepState:
         pool.index_copy_(0, self.slots, tail)
 
 
+    def advance_split(self, key: str, tail: torch.Tensor, x: torch.Tensor, samples_per_frame: int) -> None:
+        """`advance` for full = [tail ++ x] without building `full` (x is at least as long as tail).
+
+        Row b's new tail is full[start_b : start_b + context_len] with start_b = lengths[b] * spf:
+        positions < context_len come from the old tail, the rest from x.
+        """
+        pool = self.pools[key]
+        context_len = pool.shape[-1]
+        start = self.lengths * samples_per_frame  # [bs]
+        index = start.view(-1, 1, 1) + torch.arange(context_len, device=x.device).view(1, 1, -1)
+        index = index.expand(x.shape[0], x.shape[1], context_len)  # [bs, C, context_len], full coords
+        from_x = torch.gather(x, -1, (index - context_len).clamp(min=0))
+        from_tail = torch.gather(tail, -1, index.clamp(max=context_len - 1))
+        pool.index_copy_(0, self.slots, torch.where(index >= context_len, from_x, from_tail))
+
+
 def take_rows_window(full: torch.Tensor, start: torch.Tensor, size: int, dim: int) -> torch.Tensor:
     """full[b, ..., start[b] : start[b] + size, ...] for every row b, along `dim` (> 0)."""
     index_shape = [1] * full.dim()
