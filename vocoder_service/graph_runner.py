@@ -34,9 +34,11 @@ NUM_WARMUP_RUNS = 2
 class CapturedStep:
     """One captured step: static device inputs, the graph, and its static output."""
 
-    def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None) -> None:
+    def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None, body=None) -> None:
         device = decoder.device
         self.decoder = decoder
+        # The step body: decoder.step_unchecked, or a torch.compile of it (same signature).
+        self.body = body or decoder.step_unchecked
         self.batch_size = batch_size
         self.num_frames = num_frames
         self.scratch_slot = decoder.scratch_slot
@@ -58,11 +60,11 @@ class CapturedStep:
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(NUM_WARMUP_RUNS):
-                decoder.step_unchecked(self.codes, self.slots, self.lengths)
+                self.body(self.codes, self.slots, self.lengths)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-            self.out = decoder.step_unchecked(self.codes, self.slots, self.lengths)  # [B, T*spf]
+            self.out = self.body(self.codes, self.slots, self.lengths)  # [B, T*spf]
 
     def replay(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
         """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> device pcm [bs, t*spf]."""
@@ -114,8 +116,9 @@ class CaptureReport:
 class GraphTable:
     """Captured steps by shape, and the smallest covering shape for a request."""
 
-    def __init__(self, decoder: StreamingDecoder, emulate: bool = False) -> None:
+    def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body=None) -> None:
         self.is_cuda = decoder.device.type == "cuda"
+        self.body = body
         if not self.is_cuda and not emulate:
             raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
         self.decoder = decoder
@@ -143,7 +146,7 @@ class GraphTable:
                     budget_bytes / 2**20, len(report.captured), len(report.skipped), report.skipped,
                 )
                 break
-            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool)
+            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body)
             report.captured.append(shape)
         self._lookup.clear()
         report.graph_memory_bytes = memory.reserved_growth()

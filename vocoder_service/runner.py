@@ -57,15 +57,24 @@ class DecoderRunner:
 
     # ---- setup -------------------------------------------------------------------------------
     def capture_graphs(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int,
-                       emulate: bool = False) -> CaptureReport:
+                       emulate: bool = False, compile_step: bool = False) -> CaptureReport:
         """Capture the step for every (batch, frames) shape within the memory budget (CUDA only).
 
         `emulate` (CPU tests): build the same padded static-shape table without graphs.
+        `compile_step`: capture a torch.compile of the step, specialised per shape. On the H200 it
+        took batch-64 25-frame chunks from 2376 to 3203 audio-s/s and a batch-1 2-frame first chunk
+        from 3.4 to 2.0 ms (benchmarks/results/2026-11-22-decoder-*), at about a minute of compile
+        per captured shape at start-up: give it few capture sizes.
         """
         if self.device.type != "cuda" and not emulate:
             logger.info("device %s has no CUDA graphs: every step runs eagerly", self.device)
             return CaptureReport(skipped=[(b, t) for b in batch_sizes for t in frame_sizes])
-        self.graphs = GraphTable(self.decoder, emulate=emulate)
+        body = None
+        if compile_step:
+            # One specialisation per (bs, t) shape: lift dynamo's per-function recompile limit (8).
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+            body = torch.compile(self.decoder.step_unchecked, dynamic=False)
+        self.graphs = GraphTable(self.decoder, emulate=emulate, body=body)
         report = self.graphs.capture(batch_sizes, frame_sizes, budget_bytes)
         self.stats.num_graphs = len(self.graphs)
         self.stats.graph_memory_bytes = report.graph_memory_bytes

@@ -34,7 +34,7 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     runner = DecoderRunner.from_pretrained(model_dir, config.max_slots, config.device, config.resolved_dtype())
     if config.use_graphs:
         runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(),
-                              int(config.graph_memory_budget_mb * 2**20))
+                              int(config.graph_memory_budget_mb * 2**20), compile_step=config.compile_step)
     return runner
 
 

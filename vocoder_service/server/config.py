@@ -41,6 +41,7 @@ class VocoderServiceConfig:
     capture_batch_sizes: tuple[int, ...] = ()   # empty: powers of two up to max_slots
     capture_frame_sizes: tuple[int, ...] = ()   # empty: the chunk policy's frame buckets
     graph_memory_budget_mb: float = 4096.0
+    compile_step: bool = False           # torch.compile each captured shape (~1 min each at start-up)
     # --- transport and loop
     heartbeat_interval_ms: int = 1000
     poll_ms: int = 20                    # longest idle wait; bounds shutdown and timer latency
