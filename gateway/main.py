@@ -9,50 +9,27 @@ streams `drain_grace_s` to finish.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import signal
 import sys
 from collections.abc import Mapping
-from dataclasses import fields
 
 from gateway.config import GatewayConfig
+from service_common import cli_config
 
 logger = logging.getLogger(__name__)
 ENV_PREFIX = "QWEN3_TTS_GATEWAY_"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gateway", description="Qwen3-TTS public gRPC gateway.")
-    for f in fields(GatewayConfig):
-        default = f.default
-        shown = ",".join(default) if isinstance(default, tuple) else repr(default)
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
-                            help=f"env {ENV_PREFIX}{f.name.upper()}; default {shown}")
-    return parser
+def build_parser():
+    return cli_config.build_parser(GatewayConfig, ENV_PREFIX, "python -m gateway", "Qwen3-TTS public gRPC gateway.")
 
 
 def config_from(argv: list[str], environ: Mapping[str, str]) -> GatewayConfig:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    values = {}
-    try:
-        for f in fields(GatewayConfig):
-            raw, source = getattr(args, f.name), "--" + f.name.replace("_", "-")
-            if raw is None:
-                raw, source = environ.get(ENV_PREFIX + f.name.upper()), ENV_PREFIX + f.name.upper()
-            if raw is None:
-                continue
-            try:
-                values[f.name] = (tuple(p for p in raw.split(",") if p) if isinstance(f.default, tuple)
-                                  else type(f.default)(raw))
-            except ValueError:
-                raise ValueError(f"{source}: cannot read {raw!r} as {type(f.default).__name__}") from None
-        return GatewayConfig(**values)
-    except ValueError as exc:
-        parser.error(str(exc))
+    """Flags over env over defaults; exits with a usage error naming the bad flag or variable."""
+    return cli_config.config_from(GatewayConfig, ENV_PREFIX, build_parser(), argv, environ)
 
 
 async def serve(config: GatewayConfig) -> int:

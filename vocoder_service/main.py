@@ -8,74 +8,30 @@ comma-separated (`--capture-batch-sizes 1,2,4,8`), booleans take 1/0/true/false 
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
 
+from service_common import cli_config
 from vocoder_service.server.config import VocoderServiceConfig
 
 ENV_PREFIX = "QWEN3_TTS_VOCODER_"
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 def env_name(field_name: str) -> str:
-    return ENV_PREFIX + field_name.upper()
+    return cli_config.env_name(ENV_PREFIX, field_name)
 
 
-def _default(f):
-    return f.default if f.default is not MISSING else f.default_factory()
-
-
-def _convert(name: str, default, raw, source: str):
-    if isinstance(default, bool):
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise ValueError(f"{source}: expected 1/0/true/false, got {raw!r}")
-    try:
-        if isinstance(default, tuple):
-            return tuple(int(part) for part in str(raw).split(",") if part.strip())
-        return type(default)(raw)
-    except ValueError:
-        raise ValueError(f"{source}: cannot read {raw!r} as {type(default).__name__}") from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m vocoder_service",
-        description="Qwen3-TTS 12 Hz vocoder: codec frames in over ZeroMQ, PCM out; gRPC health/admin side port.",
-    )
-    for f in fields(VocoderServiceConfig):
-        default = _default(f)
-        flag = "--" + f.name.replace("_", "-")
-        text = f"env {env_name(f.name)}; default {','.join(map(str, default)) if isinstance(default, tuple) else default!r}"
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
-    return parser
+def build_parser():
+    return cli_config.build_parser(
+        VocoderServiceConfig, ENV_PREFIX, "python -m vocoder_service",
+        "Qwen3-TTS 12 Hz vocoder: codec frames in over ZeroMQ, PCM out; gRPC health/admin side port.")
 
 
 def config_from(argv: list[str], environ: Mapping[str, str]) -> VocoderServiceConfig:
     """Flags over env over defaults; exits with a usage error naming the bad flag or variable."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    values = {}
-    try:
-        for f in fields(VocoderServiceConfig):
-            raw, source = getattr(args, f.name), "--" + f.name.replace("_", "-")
-            if raw is None:
-                raw, source = environ.get(env_name(f.name)), env_name(f.name)
-            if raw is not None:
-                values[f.name] = _convert(f.name, _default(f), raw, source)
-        return VocoderServiceConfig(**values)
-    except ValueError as exc:
-        parser.error(str(exc))
+    return cli_config.config_from(VocoderServiceConfig, ENV_PREFIX, build_parser(), argv, environ)
 
 
 def main(argv: list[str] | None = None) -> int:

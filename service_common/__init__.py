@@ -1,0 +1,1 @@
+"""Torch-free plumbing shared by the gateway, talker and vocoder processes."""
