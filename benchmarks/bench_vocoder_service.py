@@ -49,12 +49,15 @@ def parse_args(argv=None):
     p.add_argument("--rates-fps", default="25,0", help="talker frames/s per stream; 0 = all frames at once")
     p.add_argument("--audio-s", type=float, default=10.0, help="audio per stream")
     p.add_argument("--stagger-s", type=float, default=0.5, help="stream starts spread over this window")
-    p.add_argument("--modes", default="eager,graphs")
+    p.add_argument("--modes", default="eager,graphs", help="comma list of eager, graphs, graphs+compile")
     p.add_argument("--first-chunk-frames", type=int, default=2)
     p.add_argument("--steady-chunk-frames", type=int, default=25)
     p.add_argument("--max-wait-ms", type=float, default=200.0)
     p.add_argument("--graph-budget-mb", type=float, default=32768.0)
     p.add_argument("--first-chunk-repeats", type=int, default=50)
+    # graphs+compile compiles every captured shape (~1 min each on the H200): restrict the sizes.
+    p.add_argument("--capture-batch-sizes", default="", help="comma list; empty: powers of two up to max streams")
+    p.add_argument("--capture-frame-sizes", default="", help="comma list; empty: the chunk policy's frame buckets")
     args = p.parse_args(argv)
     if args.smoke:
         args.device = args.device or "cpu"
@@ -79,11 +82,14 @@ def build_random_decoder(size: str, device: str, dtype: torch.dtype, seed: int =
     return model.requires_grad_(False).eval().to(device=device, dtype=dtype)
 
 
-def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda) -> tuple[DecoderRunner, dict]:
+def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None) -> tuple[DecoderRunner, dict]:
     runner = DecoderRunner(model, max_slots)
     report = {}
-    if mode == "graphs":
-        cap = runner.capture_graphs(batch_buckets(max_slots), policy.frame_buckets(), budget_bytes, emulate=not is_cuda)
+    if mode in ("graphs", "graphs+compile"):
+        batch_sizes = _int_list(getattr(args, "capture_batch_sizes", "")) or batch_buckets(max_slots)
+        frame_sizes = _int_list(getattr(args, "capture_frame_sizes", "")) or policy.frame_buckets()
+        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda,
+                                    compile_step=(mode == "graphs+compile" and is_cuda))
         report = {"num_graphs": len(cap.captured), "skipped": cap.skipped, "graph_memory_bytes": cap.graph_memory_bytes,
                   "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s}
     # Warm-up: every (batch, frames) bucket once, so kernel compilation is not timed.
@@ -93,6 +99,10 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda) -> tuple[
     runner.reset(range(max_slots))
     runner.reset_stats()
     return runner, report
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def run_streams(runner: DecoderRunner, policy: ChunkPolicy, num_streams: int, rate_fps: float, audio_s: float,
@@ -192,7 +202,7 @@ def main(argv=None) -> int:
     print(f"{'mode':>7} {'streams':>7} {'rate':>5} {'audio-s/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'first p50':>9} {'hit':>5} {'steps':>6}")
     for mode in args.modes.split(","):
-        runner, capture = make_runner(model, max(streams), mode, policy, int(args.graph_budget_mb * 2**20), is_cuda)
+        runner, capture = make_runner(model, max(streams), mode, policy, int(args.graph_budget_mb * 2**20), is_cuda, args)
         first = first_chunk_alone(runner, policy, args.first_chunk_repeats)
         runs = []
         for rate in (float(r) for r in args.rates_fps.split(",")):
