@@ -5,6 +5,11 @@ Everything runs on the gRPC server's asyncio loop (zmq.asyncio), so a request's 
 touched from one thread. Talkers are tracked by their heartbeats: a talker is healthy while it
 sends them, is not draining and reports at least one reachable vocoder; one that goes silent
 for `peer_timeout_ms` is lost and every stream it held fails with UNAVAILABLE.
+
+`--talkers tcp://name:port` may stand for many talkers (one DNS record per pod); `PeerDirectory`
+re-resolves it off the event loop and `_tick` applies the answer: a new address gets its own
+DEALER and receive task, an address gone from DNS is retired (no new requests; heartbeats go on
+so its live streams finish) and closed once this gateway has no stream on it.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import zmq.asyncio
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
+from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +52,13 @@ class TalkerPeer:
     load: common_pb2.Load = field(default_factory=common_pb2.Load)
     num_healthy_vocoders: int = 0
     is_draining: bool = False
+    is_retired: bool = False      # gone from DNS: no new requests, closed once num_streams is 0
     num_streams: int = 0          # this gateway's live requests on the talker
+    task: asyncio.Task | None = None   # its receive loop
 
     def is_healthy(self, now_s: float, timeout_s: float) -> bool:
         return (self.last_seen_s > 0 and now_s - self.last_seen_s < timeout_s and not self.is_draining
-                and self.num_healthy_vocoders > 0)
+                and not self.is_retired and self.num_healthy_vocoders > 0)
 
     def score(self) -> float:
         total = max(self.load.num_slots_total, 1)
@@ -78,7 +86,8 @@ class Mailbox:
 
 class Backend:
     def __init__(self, talkers: tuple[str, ...], audio_bind: str, audio_advertise: str = "",
-                 heartbeat_interval_ms: int = 1000, peer_timeout_ms: int = 3500) -> None:
+                 heartbeat_interval_ms: int = 1000, peer_timeout_ms: int = 3500, resolve_interval_s: float = 5.0,
+                 resolve: ResolveFn = system_resolve) -> None:
         self.context = zmq.asyncio.Context()
         self.peer_id = f"gateway@{socket.gethostname()}:{os.getpid()}"
         self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1
@@ -89,7 +98,8 @@ class Backend:
         self.pull.setsockopt(zmq.RCVHWM, SNDHWM)
         self.pull.bind(audio_bind)
         self.reply_to = audio_advertise or self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.talkers = [self._connect(endpoint) for endpoint in talkers]
+        self.directory = PeerDirectory(talkers, resolve_interval_s, resolve)
+        self.talkers = [self._connect(endpoint) for endpoint in self.directory.take_changes({}).joined]
         self.mailboxes: dict[str, Mailbox] = {}
         self.tasks: list[asyncio.Task] = []
         self.on_health_change = lambda is_serving: None
@@ -99,17 +109,50 @@ class Backend:
         sock = self.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        if is_ipv6_endpoint(endpoint):
+            sock.setsockopt(zmq.IPV6, 1)
         sock.connect(endpoint)
+        logger.info("connecting to talker %s", endpoint)
         return TalkerPeer(endpoint=endpoint, sock=sock)
+
+    def _start_receiving(self, talker: TalkerPeer) -> None:
+        talker.task = asyncio.get_running_loop().create_task(self._receive_talker(talker))
+        self.tasks.append(talker.task)
+
+    async def _disconnect(self, talker: TalkerPeer) -> None:
+        self.talkers.remove(talker)
+        if talker.task is not None:
+            talker.task.cancel()
+            await asyncio.gather(talker.task, return_exceptions=True)
+            self.tasks.remove(talker.task)
+        talker.sock.close(linger=0)
+        logger.info("talker %s at %s disconnected", talker.peer_id or "-", talker.endpoint)
+
+    async def _apply_directory(self) -> None:
+        """Connect talkers that appeared in DNS, retire those that left, close retired idle ones."""
+        changes = self.directory.take_changes({t.endpoint: t.is_retired for t in self.talkers})
+        if changes is not None:
+            for talker in self.talkers:
+                if talker.endpoint in changes.returned or talker.endpoint in changes.left:
+                    talker.is_retired = talker.endpoint in changes.left
+                    logger.info("talker %s %s DNS (%d live streams)", talker.peer_id or talker.endpoint,
+                                "left" if talker.is_retired else "is back in", talker.num_streams)
+            for endpoint in changes.joined:
+                self.talkers.append(self._connect(endpoint))
+                self._start_receiving(self.talkers[-1])
+        for talker in [t for t in self.talkers if t.is_retired and t.num_streams <= 0]:
+            await self._disconnect(talker)
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self._receive_audio())]
-        self.tasks += [loop.create_task(self._receive_talker(t)) for t in self.talkers]
-        self.tasks.append(loop.create_task(self._tick()))
+        self.tasks = [loop.create_task(self._receive_audio()), loop.create_task(self._tick())]
+        for talker in self.talkers:
+            self._start_receiving(talker)
+        self.directory.start()
 
     async def stop(self) -> None:
+        self.directory.stop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -218,6 +261,7 @@ class Backend:
             hb = common_pb2.Heartbeat(peer_id=self.peer_id, role=common_pb2.PEER_ROLE_GATEWAY,
                                       incarnation=self.incarnation, sent_unix_ms=int(time.time() * 1e3),
                                       interval_ms=self.heartbeat_interval_ms)
+            await self._apply_directory()
             for talker in self.talkers:
                 try:
                     if is_due:

@@ -9,7 +9,8 @@ class GatewayConfig:
     # --- model and peers
     model: str = "tiny"                  # checkpoint dir, embedded tiny name or hub id (JSON + tokenizer files only)
     model_name: str = ""                 # served name; empty: the talkers' reported name, else the --model value
-    talkers: tuple[str, ...] = ()        # talker ROUTER endpoints, tcp://host:port
+    talkers: tuple[str, ...] = ()        # talker ROUTER endpoints, tcp://host:port; a name may resolve to many
+    resolve_interval_s: float = 5.0      # DNS names in `talkers` re-resolved this often (peers join/leave)
     # --- endpoints
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 50051               # 0: any free port (see ready_file)
@@ -35,6 +36,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.max_streams < 1:
             raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+        if self.resolve_interval_s <= 0:
+            raise ValueError(f"resolve_interval_s must be > 0, got {self.resolve_interval_s}")
         if not 0 < self.min_reference_audio_s <= self.max_reference_audio_s:
             raise ValueError("need 0 < min_reference_audio_s <= max_reference_audio_s")
         if isinstance(self.talkers, str):

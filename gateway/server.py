@@ -46,7 +46,7 @@ class GatewayServer:
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         self.metrics = GatewayMetrics()
         self.backend = Backend(config.talkers, config.audio_bind, config.audio_advertise,
-                               config.heartbeat_interval_ms, config.peer_timeout_ms)
+                               config.heartbeat_interval_ms, config.peer_timeout_ms, config.resolve_interval_s)
         self.voices = VoiceRegistry(config.voices_dir)
         self.servicer = TextToSpeechServicer(config, self.model, self.tokenizer, self.backend, self.voices,
                                              self.metrics)

@@ -24,6 +24,7 @@ from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.loop import TalkerServer
 from talker_service.server.start import StartReader
+from talker_service.server.voice_jobs import VoiceEncoding
 from vocoder_service.server.app import write_ready_file
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,9 @@ def serve(config: TalkerServiceConfig) -> int:
         vocab, model = engine.vocab, engine.runner.model
         reader = StartReader(vocab, model.config.hidden_size, int(generation.get("max_new_tokens", 2048)),
                              config.max_text_tokens)
-        server = TalkerServer(config, engine, config.model, reader, admin=jobs)
+        voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
+                               model.device, model.dtype)
+        server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         holder["server"] = server
         if stop.is_set():
             server.request_stop()

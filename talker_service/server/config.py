@@ -18,7 +18,8 @@ class TalkerServiceConfig:
     cpu_threads: int = 0                 # torch intra-op threads; 0 = torch's default
     # --- endpoints
     bind: str = "tcp://127.0.0.1:5601"   # ROUTER for gateways; "tcp://host:*" picks a free port
-    vocoders: str = ""                   # comma-separated vocoder ROUTER endpoints
+    vocoders: str = ""                   # comma-separated vocoder ROUTER endpoints; a name may resolve to many
+    resolve_interval_s: float = 5.0      # DNS names in `vocoders` re-resolved this often (peers join/leave)
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 5611                # 0: any free port (see ready_file)
     peer_id: str = ""                    # empty: talker@<host>:<pid>
@@ -49,7 +50,7 @@ class TalkerServiceConfig:
                      "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s"):
+        for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 <= self.grpc_port <= 65535:

@@ -14,9 +14,9 @@ import numpy as np
 import zmq
 
 from protos import wire
-from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+from protos.tts.internal.v1 import common_pb2, talker_pb2, vocoder_pb2
 from protos.tts.v1 import tts_pb2
-from talker_service.engine import FINISH_CONTEXT, FINISH_EOS, ErrorOut, FramesOut, TalkerEngine
+from talker_service.engine import FINISH_CONTEXT, FINISH_EOS, EngineError, ErrorOut, FramesOut, TalkerEngine
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.gateways import GatewayPeers
@@ -26,6 +26,7 @@ from talker_service.server.routes import Route
 from talker_service.server.start import StartReader
 from talker_service.server.stats import talker_stats
 from talker_service.server.vocoders import VocoderLink, VocoderLinks
+from talker_service.server.voice_jobs import VoiceEncoding
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +44,15 @@ def summary_of(out: FramesOut) -> vocoder_pb2.GenerationSummary:
 
 class TalkerServer:
     def __init__(self, config: TalkerServiceConfig, engine: TalkerEngine, model_name: str,
-                 start_reader: StartReader, admin: AdminJobs | None = None) -> None:
+                 start_reader: StartReader, admin: AdminJobs | None = None,
+                 voices: VoiceEncoding | None = None) -> None:
         self.config = config
         self.engine = engine
         self.model_name = model_name
         self.start_reader = start_reader
         self.admin = admin if admin is not None else AdminJobs()
+        # ENCODE_VOICE; without one (no checkpoint given) every request is refused FAILED_PRECONDITION
+        self.voices = voices if voices is not None else VoiceEncoding(None, engine.vocab.model_type, model_name, 0)
         self.peer_id = config.resolved_peer_id()
         self.started_s = time.monotonic()
         self.stop_requested = threading.Event()
@@ -66,13 +70,13 @@ class TalkerServer:
         self.recv_from_gateways.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.recv_from_gateways.bind(cfg.bind)
         self.endpoint = self.recv_from_gateways.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.vocoders = VocoderLinks(self.context, cfg.vocoder_endpoints(), cfg.vocoder_snd_hwm, cfg.vocoder_timeout_s)
-        self.gateways = GatewayPeers(cfg.gateway_timeout_s)
-        self.outbox = Outbox(self.recv_from_gateways, self.peer_id, self.model_name, cfg.heartbeat_interval_ms)
         self.poller = zmq.Poller()
         self.poller.register(self.recv_from_gateways, zmq.POLLIN)
-        for link in self.vocoders.links:
-            self.poller.register(link.socket, zmq.POLLIN)
+        # registers (and later unregisters) one DEALER per vocoder address in the poller itself
+        self.vocoders = VocoderLinks(self.context, cfg.vocoder_endpoints(), cfg.vocoder_snd_hwm, cfg.vocoder_timeout_s,
+                                     poller=self.poller, resolve_interval_s=cfg.resolve_interval_s)
+        self.gateways = GatewayPeers(cfg.gateway_timeout_s)
+        self.outbox = Outbox(self.recv_from_gateways, self.peer_id, self.model_name, cfg.heartbeat_interval_ms)
         self.next_heartbeat_s = 0.0
         logger.info("talker %s receiving requests on %s", self.peer_id, self.endpoint)
 
@@ -96,6 +100,7 @@ class TalkerServer:
 
     def run_once(self) -> None:
         self.receive(0 if self.engine.has_runnable() else self.config.poll_ms)
+        self.answer_voices()
         self.admin.run(self)
         if self.engine.has_runnable():
             self.emit(self.engine.step())
@@ -121,9 +126,12 @@ class TalkerServer:
         if self.gateways.touch(identity, time.monotonic()):
             self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, self.heartbeat())
         try:
-            msg_type, header, _ = wire.decode(body)
+            msg_type, header, array = wire.decode(body)
         except ValueError as exc:
             self.outbox.error_to_gateway(identity, "", "INVALID_ARGUMENT", f"malformed message: {exc}")
+            return
+        if msg_type == wire.MessageType.ENCODE_VOICE:   # the only gateway message with an array frame
+            self.encode_voice(identity, header, array)
             return
         handler = self.gateway_handlers.get(msg_type)
         if handler is None:
@@ -156,6 +164,22 @@ class TalkerServer:
                                   f"vocoder {link.name}: {header.message}", notify_vocoder=False)
             elif msg_type == wire.MessageType.ERROR:
                 logger.warning("error from vocoder %s: %s", link.name, header.message)
+
+    # ---- voice cloning (ENCODE_VOICE) --------------------------------------------------------------
+    def encode_voice(self, identity: bytes, request: talker_pb2.EncodeVoice, audio) -> None:
+        try:
+            self.voices.submit(identity, request, audio)
+        except EngineError as exc:
+            logger.warning("request %s: ENCODE_VOICE refused: %s", request.request_id or "-", exc.message)
+            self.outbox.error_to_gateway(identity, request.request_id, exc.code, exc.message)
+
+    def answer_voices(self) -> None:
+        for answer in self.voices.take_finished():
+            if answer.error is not None:
+                self.outbox.error_to_gateway(answer.identity, answer.request_id, answer.error.code,
+                                             answer.error.message)
+            else:
+                self.outbox.to_gateway(answer.identity, wire.MessageType.VOICE_ENCODED, answer.encoded)
 
     # ---- emit ------------------------------------------------------------------------------------
     def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
@@ -245,6 +269,7 @@ class TalkerServer:
 
     def housekeeping(self) -> None:
         now_s = time.monotonic()
+        self.vocoders.refresh()   # DNS answer moved: connect new vocoders; close retired ones without streams
         for link in self.vocoders.expire(now_s):
             self.fail_vocoder(link, "went silent")
         for rid in [rid for rid, r in self.routes.items() if r.deadline_s is not None and now_s > r.deadline_s]:
@@ -272,6 +297,7 @@ class TalkerServer:
         for rid in list(self.routes):
             self.fail_request(rid, "UNAVAILABLE", f"request {rid!r}: the talker shut down")
         self.admin.close()
+        self.voices.close()
         self.vocoders.close(linger_ms=500)
         self.recv_from_gateways.close(linger=500)
         self.context.term()

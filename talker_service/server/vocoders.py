@@ -1,19 +1,28 @@
-"""The talker's links to its vocoders: one DEALER each, liveness and credits from their heartbeats.
+"""The talker's links to its vocoders: one DEALER per resolved address, liveness and credits from heartbeats.
 
-A vocoder is healthy once a heartbeat has arrived within `timeout_s` and it is not draining; a
-new request goes to the healthy vocoder with the most credits (free slots it announced, less the
-streams we opened since). A vocoder that falls silent, restarts (new incarnation) or refuses our
-sends is lost: the caller fails every request routed to it with UNAVAILABLE. Sockets use
-ZMQ_IMMEDIATE so a send to an endpoint that never connected fails at once instead of queueing.
+`--vocoders tcp://name:port` may name many vocoders (a headless Service answers one address per
+ready pod); `PeerDirectory` re-resolves it off the loop thread and `refresh` applies the changes:
+a new address gets its own DEALER (registered in the loop's poller), an address that left DNS is
+retired - no new requests, its live streams run on, and the socket closes once it holds none (if it
+dies first, `expire` reports it and its requests fail UNAVAILABLE). An address that comes back
+before that is simply un-retired.
+
+A vocoder is healthy once a heartbeat has arrived within `timeout_s` and it is neither draining nor
+retired; a new request goes to the healthy vocoder with the most credits (free slots it announced,
+less the streams we opened since). A vocoder that falls silent, restarts (new incarnation) or
+refuses our sends is lost: the caller fails every request routed to it with UNAVAILABLE. Sockets
+use ZMQ_IMMEDIATE so a send to an endpoint that never connected fails at once instead of queueing.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import zmq
 
 from protos.tts.internal.v1 import admin_pb2, common_pb2
+from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +35,7 @@ class VocoderLink:
     last_heartbeat_s: float | None = None   # None: never heard from
     incarnation: int = 0
     is_draining: bool = False
+    is_retired: bool = False                # gone from DNS: no new work, closed once its streams end
     load: common_pb2.Load = field(default_factory=common_pb2.Load)
     streams: set = field(default_factory=set)          # request ids routed here
     num_opened_since_heartbeat: int = 0
@@ -37,7 +47,7 @@ class VocoderLink:
 
     def is_healthy(self, now_s: float, timeout_s: float) -> bool:
         return (self.last_heartbeat_s is not None and now_s - self.last_heartbeat_s <= timeout_s
-                and not self.is_draining)
+                and not self.is_draining and not self.is_retired)
 
     @property
     def credits(self) -> int:
@@ -45,18 +55,61 @@ class VocoderLink:
 
 
 class VocoderLinks:
-    def __init__(self, context: zmq.Context, endpoints: list[str], snd_hwm: int, timeout_s: float) -> None:
+    def __init__(self, context: zmq.Context, endpoints: Sequence[str], snd_hwm: int, timeout_s: float, *,
+                 poller: zmq.Poller | None = None, resolve_interval_s: float = 5.0,
+                 resolve: ResolveFn = system_resolve) -> None:
+        """`poller`: where link sockets are registered as vocoders join and unregistered as they
+        leave; None leaves polling `links` to the caller (then the set must not change: no refresh)."""
+        self.context = context
+        self.poller = poller
+        self.snd_hwm = snd_hwm
         self.timeout_s = timeout_s
-        self.links: list[VocoderLink] = []
-        for endpoint in endpoints:
-            sock = context.socket(zmq.DEALER)
-            sock.setsockopt(zmq.SNDHWM, snd_hwm)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.IMMEDIATE, 1)
-            sock.connect(endpoint)
-            self.links.append(VocoderLink(endpoint, sock))
-            logger.info("connecting to vocoder %s", endpoint)
+        self.directory = PeerDirectory(endpoints, resolve_interval_s, resolve)
+        self.links: list[VocoderLink] = [self._connect(endpoint) for endpoint in self.directory.take_changes({}).joined]
+        if poller is not None:
+            self.directory.start()
 
+    # ---- membership --------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Apply the latest DNS answer; close retired links that hold no stream any more."""
+        if self.poller is None:
+            raise RuntimeError("VocoderLinks.refresh needs the loop's poller (pass poller=...)")
+        # called every loop turn: build the known-peer map only when DNS moved
+        changes = self.directory.has_news and self.directory.take_changes(
+            {link.endpoint: link.is_retired for link in self.links})
+        if changes:
+            for link in self.links:
+                if link.endpoint in changes.returned:
+                    link.is_retired = False
+                    logger.info("vocoder %s is back in DNS", link.name)
+                elif link.endpoint in changes.left:
+                    link.is_retired = True
+                    logger.info("vocoder %s left DNS: retired with %d live streams", link.name, len(link.streams))
+            self.links += [self._connect(endpoint) for endpoint in changes.joined]
+        for link in [link for link in self.links if link.is_retired and not link.streams]:
+            self._close(link, linger_ms=0)
+            self.links.remove(link)
+            logger.info("vocoder %s at %s disconnected", link.name, link.endpoint)
+
+    def _connect(self, endpoint: str) -> VocoderLink:
+        sock = self.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.SNDHWM, self.snd_hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        if is_ipv6_endpoint(endpoint):
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.connect(endpoint)
+        if self.poller is not None:
+            self.poller.register(sock, zmq.POLLIN)
+        logger.info("connecting to vocoder %s", endpoint)
+        return VocoderLink(endpoint, sock)
+
+    def _close(self, link: VocoderLink, linger_ms: int) -> None:
+        if self.poller is not None:
+            self.poller.unregister(link.socket)
+        link.socket.close(linger=linger_ms)
+
+    # ---- routing -----------------------------------------------------------------------------
     def by_socket(self, sock: zmq.Socket) -> VocoderLink:
         return next(link for link in self.links if link.socket is sock)
 
@@ -70,6 +123,7 @@ class VocoderLinks:
             return None
         return max(healthy, key=lambda link: (link.credits, -len(link.streams)))
 
+    # ---- liveness ----------------------------------------------------------------------------
     def heartbeat(self, link: VocoderLink, beat: common_pb2.Heartbeat, now_s: float) -> bool:
         """Record a heartbeat; True when the vocoder restarted (every stream it held is gone)."""
         restarted = bool(link.incarnation and beat.incarnation != link.incarnation)
@@ -100,5 +154,7 @@ class VocoderLinks:
             num_streams=len(link.streams), load=link.load) for link in self.links]
 
     def close(self, linger_ms: int) -> None:
+        self.directory.stop()
         for link in self.links:
-            link.socket.close(linger=linger_ms)
+            self._close(link, linger_ms)
+        self.links = []

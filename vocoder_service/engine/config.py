@@ -12,7 +12,8 @@ class VocoderEngineConfig:
     chunk: ChunkPolicy = field(default_factory=ChunkPolicy)
     # Fixed cost of one decode launch, in row-frames, for the batch-merging cost model.
     launch_cost_row_frames: float = 64.0
-    # A request whose talker sent nothing for this long (and no end) fails with UNAVAILABLE.
+    # A request (not ended) fails with UNAVAILABLE once its talker sent nothing at all (frames or
+    # heartbeats) for this long; a request merely waiting for text is not judged by its own silence.
     talker_timeout_s: float = 10.0
     # Bound on frames buffered per request that are not yet decoded (backpressure on a runaway talker).
     max_pending_frames: int = 2048

@@ -2,13 +2,14 @@
 
 The ZeroMQ server and the tests drive it the same way: `open` / `add_frames` / `abort`, then
 `step()` which decodes one round of ready chunks and returns what must be sent (PCM chunks and
-errors). `expire()` fails requests whose talker went silent. All methods run on one thread.
+errors). `expire()` fails requests whose talker went silent (no message of any kind). All methods run on one thread.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -154,13 +155,24 @@ class VocoderEngine:
         stream = self.streams.get(request_id)
         return None if stream is None else self._fail(stream, code, message)
 
-    def expire(self) -> list[ErrorOut]:
-        """Fail requests whose talker has been silent past the timeout (the talker probably died)."""
+    def expire(self, talker_last_heard_s: Callable[[str], float | None] | None = None) -> list[ErrorOut]:
+        """Fail the open requests whose talker has been silent past the timeout (it probably died).
+
+        Liveness is the talker's, not the request's: a request parked for minutes waiting for
+        streamed text lives on while its talker keeps sending anything (heartbeats included).
+        `talker_last_heard_s(request_id)` gives when that request's talker was last heard from
+        (engine clock), or None when unknown; then only the request's own frames count.
+        """
         now, out = self.clock(), []
         for stream in list(self.streams.values()):
-            if not stream.ended and now - stream.last_activity_s > self.config.talker_timeout_s:
-                out.append(self._fail(stream, "UNAVAILABLE",
-                                      f"request {stream.request_id!r}: talker sent nothing for {self.config.talker_timeout_s:.1f} s"))
+            if stream.ended:
+                continue
+            heard_s = talker_last_heard_s(stream.request_id) if talker_last_heard_s is not None else None
+            last_s = stream.last_activity_s if heard_s is None else max(heard_s, stream.last_activity_s)
+            if now - last_s > self.config.talker_timeout_s:
+                out.append(self._fail(stream, "UNAVAILABLE", f"request {stream.request_id!r}: talker sent nothing "
+                                      f"(no frames, no heartbeats) for {now - last_s:.1f} s, over the "
+                                      f"{self.config.talker_timeout_s:.1f} s timeout (talker {stream.talker_id})"))
         return out
 
     # ---- scheduling and decode ---------------------------------------------------------------

@@ -33,7 +33,8 @@ class VocoderServiceConfig:
     steady_chunk_frames: int = 25
     max_wait_ms: float = 200.0
     launch_cost_row_frames: float = 64.0
-    talker_timeout_s: float = 10.0
+    talker_timeout_s: float = 10.0       # an open request fails UNAVAILABLE once its talker sent nothing (frames
+                                         # or heartbeats) this long; a request parked on text is not judged alone
     max_pending_frames: int = 2048
     max_context_frames: int = 750
     # --- CUDA graphs

@@ -87,7 +87,7 @@ class VocoderServer:
     def run_once(self) -> None:
         self.receive(self.idle_timeout_ms())
         self.run_admin_jobs()
-        self.emit(self.engine.expire())
+        self.emit(self.engine.expire(self.talker_last_heard_s))
         self.emit(self.engine.step())
         self.housekeeping()
 
@@ -96,6 +96,11 @@ class VocoderServer:
             return 0
         until_heartbeat_ms = max(0.0, (self.next_heartbeat_s - time.monotonic()) * 1e3)
         return int(min(self.config.poll_ms, until_heartbeat_ms))
+
+    def talker_last_heard_s(self, request_id: str) -> float | None:
+        """When the talker owning `request_id` last sent anything; None for admin streams."""
+        route = self.intake.routes.get(request_id)
+        return None if route is None else self.peers.last_heard_s(route.identity)
 
     def request_stop(self) -> None:
         """Thread- and signal-safe: the loop starts draining at its next iteration."""
@@ -202,6 +207,7 @@ class VocoderServer:
                 self.peers.forget(identity)
             self.outbox.unreachable.clear()
             self.intake.sweep()
+            self.peers.prune_heard({route.identity for route in self.intake.routes.values()})
             self.send_to_gateways.prune({s.reply_to for s in self.engine.streams.values() if s.reply_to})
         self.announced_slots_used = used
 

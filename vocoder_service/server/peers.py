@@ -2,7 +2,9 @@
 
 A ROUTER can only address a peer it has heard from, so the registry is keyed by the ZeroMQ
 routing identity. Any message refreshes liveness; a peer silent for `MISSED_PERIODS` of its
-heartbeat period is dropped (its live requests are failed by the engine's talker timeout).
+heartbeat period is dropped from the registry. When each talker was last heard from is kept
+apart (and outlives that drop) because the engine judges every live request by its talker's
+silence, not its own: a request parked on streamed text stays alive while its talker heartbeats.
 """
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ class TalkerPeers:
     def __init__(self, default_interval_ms: int) -> None:
         self.default_interval_ms = default_interval_ms
         self._peers: dict[bytes, TalkerPeer] = {}
+        self._last_heard_s: dict[bytes, float] = {}   # identity -> monotonic time of its last message
 
     def touch(self, identity: bytes, now_s: float) -> bool:
         """Record traffic from `identity`; True when it is a new peer (send it a heartbeat at once)."""
+        self._last_heard_s[identity] = now_s
         peer = self._peers.get(identity)
         if peer is None:
             self._peers[identity] = TalkerPeer(identity, identity.hex(), now_s)
@@ -67,6 +71,15 @@ class TalkerPeers:
                 gone.append(peer)
                 logger.warning("talker %s lost: silent for %.1f s", peer.peer_id, now_s - peer.last_seen_s)
         return gone
+
+    def last_heard_s(self, identity: bytes) -> float | None:
+        """When `identity` last sent anything (heartbeats included); None if never or forgotten."""
+        return self._last_heard_s.get(identity)
+
+    def prune_heard(self, in_use: set[bytes]) -> None:
+        """Forget last-heard times of identities that are neither registered nor owning a request."""
+        for identity in [i for i in self._last_heard_s if i not in in_use and i not in self._peers]:
+            del self._last_heard_s[identity]
 
     def name(self, identity: bytes) -> str:
         peer = self._peers.get(identity)

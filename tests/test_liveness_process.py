@@ -1,0 +1,133 @@
+"""Request liveness across the talker -> vocoder link, with the real processes (tiny, CPU).
+
+The vocoder's talker timeout is short (1.5 s). A request whose talker waits for streamed text
+longer than that must still complete with the offline audio (the talker's heartbeats keep it
+alive), while killing the talker must fail its open request at the gateway with UNAVAILABLE.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from checkpoint.files import resolve_model_dir
+from protos import wire
+from protos.tts.internal.v1 import common_pb2, talker_pb2
+from protos.tts.v1 import config_pb2
+from talker_service.generate import Synthesizer, SynthesisRequest
+from talker_service.model import SamplingParams
+from talker_service.prompt import tokenize_target
+from test_talker_process_support import GatewayStandIn, TalkerProcess
+from test_vocoder_process_support import VocoderProcess, one_cpu_thread
+
+pytestmark = pytest.mark.timeout(180)
+WAIT_S = 30.0
+TALKER_TIMEOUT_S = 1.5
+PARK_S = 3 * TALKER_TIMEOUT_S
+ATOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def synth():
+    with one_cpu_thread():
+        yield Synthesizer.from_pretrained(resolve_model_dir("tiny"), max_slots=2, max_seq_len=256)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    resolve_model_dir("tiny")
+    work = tmp_path_factory.mktemp("liveness")
+    vocoder = VocoderProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
+                                    "tcp://127.0.0.1:*", "--grpc-port", "0", "--grpc-host", "127.0.0.1",
+                                    "--heartbeat-interval-ms", "200", "--talker-timeout-s", str(TALKER_TIMEOUT_S),
+                                    "--first-chunk-frames", "1", "--steady-chunk-frames", "4", "--max-wait-ms", "50"])
+    talker = gateway = None
+    try:
+        codes_endpoint = vocoder.wait_ready(WAIT_S * 2)["codes_endpoint"]
+        talker = TalkerProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
+                                      "tcp://127.0.0.1:*", "--vocoders", codes_endpoint, "--grpc-host", "127.0.0.1",
+                                      "--grpc-port", "0", "--max-slots", "4", "--max-seq-len", "256",
+                                      "--heartbeat-interval-ms", "200", "--vocoder-timeout-s", "1.0"])
+        info = talker.wait_ready(WAIT_S * 2)
+        gateway = GatewayStandIn(info["requests_endpoint"])
+        deadline = time.monotonic() + WAIT_S
+        while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == 1):
+            assert time.monotonic() < deadline, talker.log_tail()
+            gateway.pump(50)
+        yield dict(vocoder=vocoder, talker=talker, gateway=gateway)
+    finally:
+        if gateway is not None:
+            gateway.close()
+        if talker is not None:
+            talker.kill()
+        vocoder.kill()
+
+
+def ids_of(synth, text: str) -> list[int]:
+    return tokenize_target(synth.tokenizer, text, expected_role_ids=synth.vocab.role_ids).text_ids
+
+
+def start_fields(synth, seed: int, max_frames: int, text_ids) -> dict:
+    ids = synth.vocab.ids
+    return dict(speaker=talker_pb2.SpeakerVoice(speaker_codec_id=ids.speaker_ids["vivian"]),
+                language_codec_id=ids.language_ids["english"],
+                sampling=talker_pb2.Sampling(seed=seed, do_sample=True, temperature=0.9, top_k=50, top_p=1.0,
+                                             repetition_penalty=1.05, subtalker_do_sample=True,
+                                             subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,
+                                             max_frames=max_frames),
+                text_mode=config_pb2.TEXT_MODE_STREAMING, text_token_ids=list(text_ids), is_text_complete=False)
+
+
+def wait_first_audio(gateway: GatewayStandIn, request_id: str) -> None:
+    """The vocoder stream is open (audio came) before the request parks: the park is then real."""
+    deadline = time.monotonic() + WAIT_S
+    while not (request_id in gateway.received and gateway.received[request_id].chunks):
+        assert time.monotonic() < deadline, f"no audio for {request_id} within {WAIT_S} s"
+        assert request_id not in gateway.received or gateway.received[request_id].error is None, \
+            gateway.received[request_id].error
+        gateway.pump(50)
+
+
+def test_request_parked_past_the_talker_timeout_still_completes(stack, synth):
+    gateway = stack["gateway"]
+    text = ids_of(synth, "The quick brown fox jumps over the lazy dog.")
+    gateway.start("parked", **start_fields(synth, 31, 16, text[:3]))
+    gateway.reply("parked", wire.MessageType.ACK, WAIT_S)
+    wait_first_audio(gateway, "parked")
+    settle_until = time.monotonic() + 0.5              # frames made from the leading text come in
+    while time.monotonic() < settle_until:
+        gateway.pump(50)
+    num_chunks = len(gateway.received["parked"].chunks)
+    park_until = time.monotonic() + PARK_S            # an LLM pausing: no text, so no frames either
+    while time.monotonic() < park_until:
+        gateway.pump(50)
+    got = gateway.received["parked"]
+    assert got.error is None, got.error
+    assert len(got.chunks) == num_chunks and not got.chunks[-1].is_final   # really parked, still open
+    gateway.text("parked", 0, text[3:])
+    gateway.end("parked", 1)
+    got = gateway.wait_done(["parked"], WAIT_S)["parked"]
+    assert got.error is None, got.error
+    request = SynthesisRequest(text_ids=text, voice="vivian", language="english", non_streaming_mode=False,
+                               sampling=SamplingParams(seed=31, max_new_tokens=17))
+    with one_cpu_thread():
+        codes = synth.generate_codes([request])[0]
+        pcm = synth.decode(codes)
+    audio = got.audio()
+    assert len(audio) == len(pcm) == codes.shape[0] * 1920 > 0
+    assert np.abs(audio - pcm).max() <= ATOL
+
+
+def test_killed_talker_fails_its_open_request_unavailable(stack, synth):
+    gateway = stack["gateway"]
+    gateway.start("doomed", **start_fields(synth, 32, 200, ids_of(synth, "Hello there")))
+    gateway.reply("doomed", wire.MessageType.ACK, WAIT_S)
+    wait_first_audio(gateway, "doomed")
+    killed_s = time.monotonic()
+    stack["talker"].kill()
+    got = gateway.wait_done(["doomed"], WAIT_S)["doomed"]
+    elapsed_s = time.monotonic() - killed_s
+    assert got.error is not None and got.error.code == common_pb2.STATUS_CODE_UNAVAILABLE, got
+    assert "talker sent nothing" in got.error.message and "no heartbeats" in got.error.message
+    assert TALKER_TIMEOUT_S * 0.8 <= elapsed_s <= TALKER_TIMEOUT_S + 10.0
