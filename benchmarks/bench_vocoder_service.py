@@ -158,6 +158,8 @@ def run_streams(runner: DecoderRunner, policy: ChunkPolicy, num_streams: int, ra
         "hit_rate": stats["hit_rate"], "graph_steps": stats["num_graph_steps"], "eager_steps": stats["num_eager_steps"],
         "uncaptured": stats["uncaptured_shapes"], "batch_size_histogram": stats["batch_size_histogram"],
         "step_time": stats["step_time"],
+        # Host time per decode call (runner: check/stage/launch/wait) and per step() (engine: plan/gather/emit).
+        "runner_host_ms_per_step": stats["host_ms_per_step"], "engine_host_ms_per_step": engine.host_times.per_call_ms(),
     }
 
 

@@ -12,8 +12,8 @@ and stops once the configured memory budget is reached, so a tight budget drops 
 first (they run eagerly, and are counted).
 
 On a CPU decoder a table can be built with `emulate=True`: the same static buffers, padding and
-lookup, with the step run eagerly on the padded inputs instead of a graph replay. Tests use it to
-prove on CPU that padding rows never disturb real slots.
+lookup, with the step body run eagerly on the padded inputs instead of a graph replay. Tests use it
+to prove on CPU that padding rows never disturb real slots; host benchmarks give it a cheap stub body.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from vocoder_service.codec import StreamingDecoder
+from vocoder_service.runner_stats import HostTimes
 
 logger = logging.getLogger(__name__)
 
@@ -51,39 +52,62 @@ class CapturedStep:
         self.host_slots = _host_buffer((batch_size,), is_cuda)
         self.host_lengths = _host_buffer((batch_size,), is_cuda)
         self.graph = None
-        self.out = None
+        self.out = None          # [B, T*spf] float32 device output (the graph's, once captured)
+        self.done = None         # event after the output copy: the only host<->device sync per step
         if not is_cuda:
-            return  # emulation: replay() runs the step eagerly on the padded buffers
+            return  # emulation: run() calls the body eagerly on the padded buffers
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
         # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture.
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(NUM_WARMUP_RUNS):
-                self.body(self.codes, self.slots, self.lengths)
+                self.body(self.codes, self.slots, self.lengths).float()
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-            self.out = self.body(self.codes, self.slots, self.lengths)  # [B, T*spf]
+            # The float32 cast is captured too: no extra launch or allocation per step.
+            self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
+        self.done = torch.cuda.Event()
 
-    def replay(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
-        """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> device pcm [bs, t*spf]."""
+    def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
+        """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> host pcm [bs, t*spf] float32.
+
+        The result is fresh memory the caller owns (rows may be handed out as views): on CUDA a
+        pinned block from torch's caching host allocator, filled by one async copy, that returns
+        to the cache once the last view of it is gone, so no host-side copy is ever made.
+        """
         bs, _, t = codes.shape
         if bs > self.batch_size or t > self.num_frames:
             raise ValueError(f"a ({bs}, {t}) step does not fit the ({self.batch_size}, {self.num_frames}) graph")
+        clock = time.perf_counter
+        started = clock()
         fill_padded(self.host_codes.numpy(), self.host_slots.numpy(), self.host_lengths.numpy(),
                     codes, slots, lengths, self.scratch_slot)
-        # non_blocking is safe: the caller copies the output back (a sync) before the next
-        # replay can refill these pinned buffers.
+        staged = clock()
+        # non_blocking is safe: run() waits on `done` (after the copies, in stream order) before it
+        # returns, so the pinned inputs are free again before the next run can refill them.
         self.codes.copy_(self.host_codes, non_blocking=True)
         self.slots.copy_(self.host_slots, non_blocking=True)
         self.lengths.copy_(self.host_lengths, non_blocking=True)
         if self.graph is not None:
             self.graph.replay()
-            out = self.out
+            # Whole real rows: one contiguous block, padding rows never cross the bus.
+            out = torch.empty((bs, self.out.shape[1]), dtype=torch.float32, pin_memory=True)
+            out.copy_(self.out[:bs], non_blocking=True)
+            self.done.record()
+            launched = clock()
+            self.done.synchronize()
         else:
-            out = self.decoder.step_unchecked(self.codes, self.slots, self.lengths)
-        return out[:bs, : t * self.decoder.samples_per_frame]
+            # Emulation: the body may return a static buffer (as a graph does): copy the real rows out.
+            out = self.body(self.codes, self.slots, self.lengths)[:bs].float().clone()
+            launched = clock()
+        waited = clock()
+        if times is not None:
+            times.add("stage", staged - started)
+            times.add("launch", launched - staged)
+            times.add("wait", waited - launched)
+        return out.numpy()[:, : t * self.decoder.samples_per_frame]
 
 
 def fill_padded(host_codes: np.ndarray, host_slots: np.ndarray, host_lengths: np.ndarray,
@@ -168,6 +192,11 @@ class GraphTable:
                     best = step
             self._lookup[key] = best
         return self._lookup[key]
+
+    def covering_shape(self, batch_size: int, num_frames: int) -> tuple[int, int] | None:
+        """(B, T) of the graph a (batch_size, num_frames) call would replay; None: it would run eagerly."""
+        step = self.find(batch_size, num_frames)
+        return None if step is None else (step.batch_size, step.num_frames)
 
     def __len__(self) -> int:
         return len(self.steps)

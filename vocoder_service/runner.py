@@ -85,29 +85,42 @@ class DecoderRunner:
         """Fresh state for newly opened requests' slots."""
         self.decoder.reset(list(slots))
 
+    def covering_shape(self, batch_size: int, num_frames: int) -> tuple[int, int] | None:
+        """The captured (B, T) a call of this shape replays, None when it runs eagerly (batch planning)."""
+        return self.graphs.covering_shape(batch_size, num_frames) if self.graphs is not None else None
+
     def decode(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """codes [bs,16,t] int, slots [bs], lengths [bs] in [1, t] -> pcm [bs, t*spf] float32 (host).
 
         Advances each slot's state by its own length; samples past a row's length are zeros.
+        The result is fresh memory owned by the caller (never reused by a later decode), so the
+        engine hands out row views without copying.
         """
+        times, clock = self.stats.host_times, time.perf_counter
+        started = clock()
         codes_t = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
         slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
         lengths_t = torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int64))
         # Host-side checks before any device work: a bad call raises ValueError with state untouched.
         check_step(codes_t, slots_t, lengths_t, self.num_quantizers, self.codebook_size, self.max_slots)
         bs, _, t = codes_t.shape
-        started = time.perf_counter()
+        checked = clock()
+        times.add("check", checked - started)
         captured = self.graphs.find(bs, t) if self.graphs is not None else None
         if captured is not None:
-            pcm = captured.replay(codes_t.numpy(), slots_t.numpy(), lengths_t.numpy())
+            out = captured.run(codes_t.numpy(), slots_t.numpy(), lengths_t.numpy(), times)
         else:
             if self.graphs is not None:
                 self.stats.uncaptured_shapes[(bs, t)] += 1
             pcm = self.decoder.step_unchecked(
                 codes_t.to(self.device), slots_t.to(self.device), lengths_t.to(self.device)
             )
-        out = pcm.float().cpu().numpy()   # the copy back is the sync point: timing below is real
-        elapsed_ms = (time.perf_counter() - started) * 1e3
+            launched = clock()
+            out = pcm.float().cpu().numpy()   # the copy back is the sync point: timing below is real
+            times.add("launch", launched - checked)
+            times.add("wait", clock() - launched)
+        elapsed_ms = (clock() - checked) * 1e3
+        times.count_call()
         self.last_step_is_graph = captured is not None
         self.stats.record(bs, t, captured is not None, elapsed_ms)
         return out

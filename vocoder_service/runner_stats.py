@@ -43,6 +43,32 @@ class LatencyWindow:
                 "p90_ms": float(p90), "p99_ms": float(p99), "max_ms": float(values.max())}
 
 
+class HostTimes:
+    """Host wall time per named phase, summed since the last reset (where a step's host time goes).
+
+    Cheap enough for the hot path: one dict update per phase per call. `per_call_ms()` divides by
+    the number of calls counted with `count_call()`.
+    """
+
+    def __init__(self) -> None:
+        self.total_s: dict[str, float] = {}
+        self.num_calls = 0
+
+    def add(self, phase: str, elapsed_s: float) -> None:
+        self.total_s[phase] = self.total_s.get(phase, 0.0) + elapsed_s
+
+    def count_call(self) -> None:
+        self.num_calls += 1
+
+    def clear(self) -> None:
+        self.total_s.clear()
+        self.num_calls = 0
+
+    def per_call_ms(self) -> dict[str, float]:
+        n = max(self.num_calls, 1)
+        return {phase: total * 1e3 / n for phase, total in self.total_s.items()}
+
+
 @dataclass
 class RunnerStats:
     num_graphs: int = 0
@@ -54,6 +80,8 @@ class RunnerStats:
     # Steps that needed a shape no graph covers, by (batch size, frames): what to capture next.
     uncaptured_shapes: Counter = field(default_factory=Counter)
     step_time: LatencyWindow = field(default_factory=LatencyWindow)
+    # check / stage / launch / wait / copy_out per decode call (wait = blocked on the device).
+    host_times: HostTimes = field(default_factory=HostTimes)
 
     @property
     def hit_rate(self) -> float:
@@ -75,6 +103,7 @@ class RunnerStats:
         self.chunk_frames_histogram.clear()
         self.uncaptured_shapes.clear()
         self.step_time.clear()
+        self.host_times.clear()
 
     def as_dict(self) -> dict:
         return {
@@ -87,4 +116,5 @@ class RunnerStats:
             "chunk_frames_histogram": dict(sorted(self.chunk_frames_histogram.items())),
             "uncaptured_shapes": {f"{bs}x{t}": n for (bs, t), n in sorted(self.uncaptured_shapes.items())},
             "step_time": self.step_time.summary(),
+            "host_ms_per_step": self.host_times.per_call_ms(),
         }

@@ -10,6 +10,7 @@ that small batches are dominated by, measured on the GPU; see benchmarks/results
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from vocoder_service.engine.chunk_policy import ChunkPolicy, smallest_bucket_at_least
 
@@ -38,11 +39,14 @@ def plan_batches(
     policy: ChunkPolicy,
     batch_sizes: list[int],
     launch_cost_row_frames: float,
+    covering_shape: Callable[[int, int], tuple[int, int] | None] | None = None,
 ) -> list[PlannedBatch]:
     """Partition `rows` into batches; every row appears exactly once.
 
     Rows are grouped by their own frame bucket, groups larger than the biggest batch size are split,
     then adjacent groups (in bucket order) are merged greedily while the merged launch is cheaper.
+    `covering_shape(bs, t)` gives the captured graph shape (B, T) a batch would really replay (None:
+    eager); with few captured shapes, batches that pad to the same graph merge for free.
     """
     if not rows:
         return []
@@ -57,6 +61,9 @@ def plan_batches(
             groups.append(PlannedBatch(t, members[start:start + max_bs]))
 
     def cost(bs: int, t: int) -> float:
+        shape = covering_shape(bs, t) if covering_shape is not None else None
+        if shape is not None:
+            return launch_cost_row_frames + shape[0] * shape[1]
         padded = smallest_bucket_at_least(batch_sizes, bs) or bs
         return launch_cost_row_frames + padded * t
 

@@ -18,6 +18,7 @@ from vocoder_service.engine.chunk_policy import batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
 from vocoder_service.engine.slots import SlotPool, SlotPoolFull
 from vocoder_service.engine.stream_state import StreamState
+from vocoder_service.runner_stats import HostTimes
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,10 @@ class ErrorOut:
 class VocoderEngine:
     def __init__(self, runner, config: VocoderEngineConfig, clock=time.monotonic) -> None:
         """`runner.decode(codes [bs,16,t] int, slots [bs], lengths [bs]) -> pcm [bs, t*spf]` and
-        `runner.reset(slots)`; it owns the device and the CUDA graphs."""
+        `runner.reset(slots)`; it owns the device and the CUDA graphs. decode's result must be fresh
+        memory (no later decode may overwrite it): emitted chunks are views of its rows.
+        An optional `runner.covering_shape(bs, t) -> (B, T) | None` lets batch planning cost a
+        batch by the captured graph it would really replay."""
         self.runner = runner
         self.config = config
         self.clock = clock
@@ -78,6 +82,9 @@ class VocoderEngine:
         self.batch_sizes = batch_buckets(config.max_slots)
         self.stats = {"opened": 0, "completed": 0, "aborted": 0, "failed": 0, "refused": 0,
                       "frames_decoded": 0, "chunks_emitted": 0, "decode_calls": 0, "duplicates_dropped": 0}
+        # plan / gather / emit host time per step() that decoded something.
+        self.host_times = HostTimes()
+        self._covering_shape = getattr(runner, "covering_shape", None)
 
     # ---- request lifecycle -------------------------------------------------------------------
     def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:
@@ -199,17 +206,25 @@ class VocoderEngine:
 
     def step(self) -> list[PcmOut | ErrorOut]:
         """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
+        started = time.perf_counter()
         rows = self.ready_rows()
         out: list[PcmOut | ErrorOut] = []
         empty = [r for r in rows if r.num_frames == 0]
         for row in empty:
             out.append(self._emit(self.streams[row.request_id], np.zeros(0, np.float32), True))
         rows = [r for r in rows if r.num_frames > 0]
-        for batch in plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames):
+        batches = plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames,
+                               self._covering_shape)
+        if batches:
+            self.host_times.add("plan", time.perf_counter() - started)
+            self.host_times.count_call()
+        for batch in batches:
             out.extend(self._run_batch(batch))
         return out
 
     def _run_batch(self, batch: PlannedBatch) -> list[PcmOut | ErrorOut]:
+        clock = time.perf_counter
+        gather_started = clock()
         t, spf = batch.frames_bucket, self.config.samples_per_frame
         codes = np.zeros((batch.batch_size, NUM_CODE_GROUPS, t), dtype=np.int64)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
@@ -219,21 +234,22 @@ class VocoderEngine:
             stream = self.streams[row.request_id]
             arrivals.append((stream.oldest_pending_s or stream.last_activity_s, stream.last_activity_s))
             if row.emit:
-                frames = stream.take("pending", "num_pending", row.num_frames)
+                stream.take_into(codes[i, :, : row.num_frames], "pending", "num_pending")
                 stream.oldest_pending_s = self.clock() if stream.num_pending else None
             else:
-                frames = stream.take("context", "num_context_pending", row.num_frames)
-            codes[i, :, : row.num_frames] = frames.T
+                stream.take_into(codes[i, :, : row.num_frames], "context", "num_context_pending")
             lengths[i] = row.num_frames
             slots[i] = stream.slot
-        decode_start_s, started = self.clock(), time.perf_counter()
+        decode_start_s, started = self.clock(), clock()
+        self.host_times.add("gather", started - gather_started)
         try:
-            pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf]
+            pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf] float32, fresh memory
         except Exception as exc:  # a device or runner fault: fail this batch's requests, keep serving the rest
             logger.exception("decode of a batch of %d x %d frames failed", batch.batch_size, t)
             return [self._fail(self.streams[row.request_id], "INTERNAL", f"request {row.request_id!r}: decode failed: "
                                f"{type(exc).__name__}: {exc}") for row in batch.rows]
-        decode_ms = (time.perf_counter() - started) * 1e3
+        emit_started = clock()
+        decode_ms = (emit_started - started) * 1e3
         is_graph = bool(getattr(self.runner, "last_step_is_graph", False))
         self.stats["decode_calls"] += 1
         out: list[PcmOut | ErrorOut] = []
@@ -243,8 +259,10 @@ class VocoderEngine:
             self.stats["frames_decoded"] += row.num_frames
             if row.emit:
                 timing = ChunkTiming(*arrivals[i], decode_start_s, decode_ms, batch.batch_size, is_graph)
-                out.append(self._emit(stream, np.asarray(pcm[i, : row.num_frames * spf], dtype=np.float32),
-                                      row.is_final, row.num_frames, timing))
+                # A view, no copy: `pcm` is fresh per decode and lives as long as its chunks do.
+                chunk = pcm[i, : row.num_frames * spf]
+                out.append(self._emit(stream, chunk, row.is_final, row.num_frames, timing))
+        self.host_times.add("emit", clock() - emit_started)
         return out
 
     def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool, num_frames: int = 0,
@@ -265,9 +283,10 @@ class VocoderEngine:
         codes = np.asarray(codes)
         if codes.ndim != 2 or codes.shape[1] != NUM_CODE_GROUPS:
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be [n, {NUM_CODE_GROUPS}], got shape {list(codes.shape)}")
-        if not np.issubdtype(codes.dtype, np.integer):
+        if codes.dtype.kind not in "iu":
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be integers, got {codes.dtype}")
-        if codes.size and (codes.min() < 0 or codes.max() >= self.runner.codebook_size):
+        # One pass on the hot path (a message per frame): negatives wrap to huge values as uint64.
+        if codes.size and bool((codes.astype(np.uint64, copy=False) >= self.runner.codebook_size).any()):
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: codes must lie in [0, {self.runner.codebook_size}), got [{codes.min()}, {codes.max()}]")
         return codes.astype(np.int64, copy=False)
 

@@ -26,19 +26,25 @@ class StreamState:
     num_frames_decoded: int = 0
     pcm_seq: int = 0                     # sequence number of the next PCM chunk to the gateway
 
-    def take(self, blocks_attr: str, count_attr: str, num_frames: int) -> np.ndarray:
-        """Pop the first `num_frames` frames of the pending or context queue as one [n,16] array."""
+    def take_into(self, dest: np.ndarray, blocks_attr: str, count_attr: str) -> None:
+        """Pop the first n frames of a queue straight into `dest` [16, n] (a row of the batch codes).
+
+        Blocks are gathered as views and written with one transposed copy: a talker often sends
+        1-frame blocks, and one copy per block would cost more than the single concatenation.
+        """
         blocks: list[np.ndarray] = getattr(self, blocks_attr)
-        out, need = [], num_frames
+        num_frames = dest.shape[1]
+        parts, need, consumed = [], num_frames, 0
         while need:
-            head = blocks[0]
+            head = blocks[consumed]
             if len(head) <= need:
-                out.append(head)
-                blocks.pop(0)
+                parts.append(head)
+                consumed += 1
                 need -= len(head)
             else:
-                out.append(head[:need])
-                blocks[0] = head[need:]
+                parts.append(head[:need])
+                blocks[consumed] = head[need:]
                 need = 0
+        del blocks[:consumed]
+        dest[...] = (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)).T   # [16, n]
         setattr(self, count_attr, getattr(self, count_attr) - num_frames)
-        return out[0] if len(out) == 1 else np.concatenate(out, axis=0)
