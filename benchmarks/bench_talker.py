@@ -6,6 +6,9 @@ bucket), optionally torch.compile'd then captured (--compile). Also a 40-token p
 
     python benchmarks/bench_talker.py --out benchmarks/results/talker_h200.json
     python benchmarks/bench_talker.py --smoke          # tiny config on CPU, checks the script runs
+    python benchmarks/bench_talker.py --path runner --context-lens 256,1024,2048 --out ...
+        # the service path: ModelRunner.decode with its own graph table (capture code in
+        # talker_service/engine/graphs.py, shared with the raw graph path here)
 """
 from __future__ import annotations
 
@@ -25,13 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
+from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
+from talker_service.engine.graphs import capture_graph  # noqa: E402
 from talker_service.model.loader import build_empty  # noqa: E402
+from talker_service.prompt import PromptVocab  # noqa: E402
 
 logger = logging.getLogger("bench_talker")
 EOS = 2150
 
 
-def build_random(config: TalkerConfig, device, dtype, max_slots: int, max_seq_len: int, candidate_k: int | None):
+def random_model(config: TalkerConfig, device, dtype, max_slots: int, max_seq_len: int):
     model = build_empty(config, device, dtype)
     gen = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
@@ -41,6 +47,11 @@ def build_random(config: TalkerConfig, device, dtype, max_slots: int, max_seq_le
             else:
                 param.normal_(0.0, 0.02, generator=gen)
     model.init_runtime(max_slots=max_slots, max_seq_len=max_seq_len)
+    return model
+
+
+def build_random(config: TalkerConfig, device, dtype, max_slots: int, max_seq_len: int, candidate_k: int | None):
+    model = random_model(config, device, dtype, max_slots, max_seq_len)
     table = SlotSamplingTable(max_slots, config.vocab_size, device)
     for slot in range(max_slots):  # official defaults; min_new_tokens huge keeps EOS masked
         table.assign(slot, SamplingParams(seed=slot, min_new_tokens=2**40))
@@ -100,16 +111,8 @@ def time_calls(fn, device, warmup: int, iters: int) -> dict:
 
 
 def capture(fn, warmup: int):
-    """fn captured as one CUDA graph (warm-up on a side stream first, as capture requires)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    """fn captured as one CUDA graph with the service's capture code -> its replay."""
+    graph, _ = capture_graph(fn, warmup)
     return graph.replay
 
 
@@ -136,6 +139,36 @@ def bench_compiled(decoder: FrameDecoder, args, context_len: int) -> dict:
     return results
 
 
+def bench_runner(raw: dict, config: TalkerConfig, args, device, dtype) -> dict:
+    """The service path: ModelRunner.decode (host index rows -> graph lookup -> padded replay ->
+    codes back on the host) with the runner's own graph table, at each batch size and context."""
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+    contexts = [int(c) for c in args.context_lens.split(",")]
+    engine_config = EngineConfig(max_slots=max(batches), max_seq_len=max(contexts), batch_buckets=tuple(batches),
+                                 context_buckets=tuple(contexts), decode_graphs=args.runner_graphs)
+    model = random_model(config, device, dtype, engine_config.max_slots + 1, engine_config.max_seq_len)
+    vocab = PromptVocab.from_config(raw)
+    started = time.perf_counter()
+    runner = ModelRunner(model, vocab, engine_config)
+    setup_s = time.perf_counter() - started
+    for slot in range(engine_config.max_slots):   # official defaults; min_new_tokens huge keeps EOS masked
+        runner.assign(slot, SamplingParams(seed=slot, min_new_tokens=2**40))
+    results: dict = {}
+    for ctx in contexts:
+        spread = max(1, ctx - args.prompt_len - 1)
+        for bs in batches:
+            positions = [args.prompt_len + (i * 7) % spread for i in range(bs)]
+            call = lambda: runner.decode(list(range(bs)), positions, [1] * bs, [vocab.tts_pad_id] * bs)  # noqa: E731
+            before = runner.graph_stats.num_graph_steps
+            entry = time_calls(call, device, args.warmup, args.iters)   # decode syncs: wall time is the step
+            entry["graph_hit"] = runner.graph_stats.num_graph_steps - before == args.warmup + args.iters
+            results[f"bs{bs}_ctx{ctx}"] = entry
+            logger.info("runner bs=%d ctx=%d: %.2f ms (graph %s)", bs, ctx, entry["median_ms"], entry["graph_hit"])
+    results["setup"] = {"graph_mode": runner.graph_mode, "capture_or_build_s": setup_s,
+                        "kv_cache_bytes": runner.kv_cache_bytes, **runner.graph_stats.summary()}
+    return results
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -154,14 +187,17 @@ def run(args) -> dict:
     contexts = [int(c) for c in args.context_lens.split(",")]
     max_slots, max_seq_len = max(batches), max(contexts)
     candidate_k = args.candidate_k or None
-    started = time.perf_counter()
-    decoder = build_random(config, device, dtype, max_slots, max_seq_len, candidate_k)
-    logger.info("built %s model on %s in %.1f s", size, device, time.perf_counter() - started)
     cuda = torch.device(device).type == "cuda"
-    results: dict = {"eager": {}, "graph": {}, "compile_graph": {}, "prefill": {}}
+    results: dict = {"eager": {}, "graph": {}, "compile_graph": {}, "prefill": {}, "runner": {}}
     w, n = args.warmup, args.iters
 
     with torch.no_grad():
+        if args.path == "runner":
+            results["runner"] = bench_runner(raw, config, args, device, dtype)
+            return report(args, results, size, max_slots, max_seq_len, candidate_k, cuda)
+        started = time.perf_counter()
+        decoder = build_random(config, device, dtype, max_slots, max_seq_len, candidate_k)
+        logger.info("built %s model on %s in %.1f s", size, device, time.perf_counter() - started)
         prompt = torch.randn(args.prompt_len, config.hidden_size, device=device, dtype=dtype)
         results["prefill"][f"{args.prompt_len}_tokens"] = time_calls(lambda: decoder.model.prefill(prompt, 0), device, w, n)
         step = FrameStep(decoder, 1, contexts[0], args.prompt_len)
@@ -176,9 +212,19 @@ def run(args) -> dict:
                 results["compile_graph"] = bench_compiled(decoder, args, contexts[0])
         else:
             logger.warning("no CUDA device: graph and compile paths skipped")
+        if args.path == "both":
+            del decoder, step
+            if cuda:
+                torch.cuda.empty_cache()
+            results["runner"] = bench_runner(raw, config, args, device, dtype)
+    return report(args, results, size, max_slots, max_seq_len, candidate_k, cuda)
+
+
+def report(args, results: dict, size: str, max_slots: int, max_seq_len: int, candidate_k, cuda: bool) -> dict:
+    w, n = args.warmup, args.iters
     for entries in results.values():
         for key, entry in entries.items():
-            if key.startswith("bs"):
+            if key.startswith("bs") and "median_ms" in entry:
                 entry["frames_per_s"] = int(key.split("_")[0][2:]) * 1e3 / entry["median_ms"]
     return {
         "benchmark": "talker_frame_step",
@@ -218,6 +264,10 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--compile", action="store_true", help="also torch.compile the step, then capture it")
     parser.add_argument("--compile-batch-sizes", default="1,64")
+    parser.add_argument("--path", default="raw", choices=["raw", "runner", "both"],
+                        help="raw: FrameDecoder paths; runner: the service's ModelRunner.decode with its graph table")
+    parser.add_argument("--runner-graphs", default="auto", choices=["auto", "capture", "emulate", "off"],
+                        help="the runner's decode_graphs (auto: capture on CUDA, eager on CPU)")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     args = parser.parse_args(argv)
     if args.smoke:

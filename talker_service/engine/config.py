@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+GRAPH_MODES = ("auto", "capture", "emulate", "off")
+
 
 def power_of_two_buckets(max_size: int) -> list[int]:
     """1, 2, 4, ... up to and including max_size (max_size itself is always a bucket)."""
@@ -11,6 +13,20 @@ def power_of_two_buckets(max_size: int) -> list[int]:
         sizes.append(size)
         size *= 2
     return sizes + [max_size]
+
+
+def kv_slots_that_fit(max_slots: int, bytes_per_slot: int, free_bytes: int, memory_fraction: float,
+                      num_extra_slots: int) -> int:
+    """Request slots (<= max_slots) whose KV rows, plus `num_extra_slots` scratch rows, take at most
+    memory_fraction of free_bytes. Raises ValueError when not even one slot fits."""
+    budget_bytes = int(free_bytes * memory_fraction)
+    fit = budget_bytes // bytes_per_slot - num_extra_slots
+    if fit < 1:
+        raise ValueError(
+            f"the talker KV cache does not fit: one slot needs {bytes_per_slot / 2**20:.1f} MiB "
+            f"(+{num_extra_slots} scratch), the budget is {memory_fraction:.2f} x {free_bytes / 2**20:.0f} MiB free "
+            f"= {budget_bytes / 2**20:.0f} MiB; lower max_seq_len or raise kv_memory_fraction")
+    return min(max_slots, fit)
 
 
 @dataclass
@@ -22,16 +38,31 @@ class EngineConfig:
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: powers of two
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
+    # decode step as one CUDA graph per (batch bucket, context bucket): "auto" captures on CUDA
+    # and runs eagerly on CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
+    decode_graphs: str = "auto"
+    context_buckets: tuple[int, ...] = ()  # keys read per decode step; empty: max_seq_len only
+    graph_max_batch: int = 0           # graphs only for batch buckets <= this (0: all); larger run eagerly
+    # > 0 (CUDA): max_slots shrinks until the KV cache takes at most this fraction of the device
+    # memory free after the weights load; 0: allocate max_slots x max_seq_len as configured
+    kv_memory_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
         for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_queued < 0:
-            problems.append(f"max_queued must be >= 0, got {self.max_queued}")
+        for name in ("max_queued", "graph_max_batch"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(size < 1 or size > self.max_slots for size in self.batch_buckets):
             problems.append(f"batch_buckets {self.batch_buckets} must lie in [1, max_slots={self.max_slots}]")
+        if any(size < 1 or size > self.max_seq_len for size in self.context_buckets):
+            problems.append(f"context_buckets {self.context_buckets} must lie in [1, max_seq_len={self.max_seq_len}]")
+        if self.decode_graphs not in GRAPH_MODES:
+            problems.append(f"decode_graphs must be one of {GRAPH_MODES}, got {self.decode_graphs!r}")
+        if not 0.0 <= self.kv_memory_fraction < 1.0:
+            problems.append(f"kv_memory_fraction must be in [0, 1), got {self.kv_memory_fraction}")
         if problems:
             raise ValueError("invalid talker engine config: " + "; ".join(problems))
 
@@ -39,3 +70,21 @@ class EngineConfig:
         """Sorted decode batch sizes, the largest always max_slots (every batch fits one)."""
         return sorted(set(self.batch_buckets) | {self.max_slots}) if self.batch_buckets \
             else power_of_two_buckets(self.max_slots)
+
+    def context_lens(self) -> list[int]:
+        """Sorted attention context buckets, the largest always max_seq_len (every position fits one)."""
+        return sorted(set(self.context_buckets) | {self.max_seq_len})
+
+    def graph_mode(self, device_type: str) -> str:
+        """"capture", "emulate" or "off" for a runner on `device_type`."""
+        if self.decode_graphs == "auto":
+            return "capture" if device_type == "cuda" else "off"
+        if self.decode_graphs == "capture" and device_type != "cuda":
+            raise ValueError(f"decode_graphs='capture' needs a CUDA device, the talker runs on {device_type}")
+        return self.decode_graphs
+
+    def is_padding(self, device_type: str) -> bool:
+        """Batches padded to buckets: always with graphs (one shape per graph), else pad_to_buckets."""
+        if self.graph_mode(device_type) != "off":
+            return True
+        return device_type == "cuda" if self.pad_to_buckets is None else self.pad_to_buckets

@@ -1,15 +1,16 @@
 """The model runner: the only part of the talker that touches the device.
 
 It owns the TalkerModel (and its slot KV cache), the per-slot sampling table and the frame
-decoder. A decode step advances any set of slots by one frame with one `FrameDecoder.decode`.
-Built for CUDA graphs (a later perf task): the step reads only static per-slot buffers (the last
-frame's codec embedding lives in `codec_embeds[slot]`, not on the request), and with
-`pad_to_buckets` the batch is padded to a fixed bucket size with rows that point at a scratch
-slot (an extra KV-cache row no request owns), so each bucket has one shape to capture.
+decoder. A decode step advances any set of slots by one frame. The step reads only static
+per-slot buffers (the last frame's codec embedding lives in `codec_embeds[slot]`, not on the
+request); when padding, the batch is padded to a bucket size with rows on a scratch slot (an
+extra KV-cache row no request owns), so each bucket has one shape, which `graphs.py` captures
+as one CUDA graph per (batch bucket, context bucket). Prefill stays eager.
 """
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from talker_service.engine.config import EngineConfig
+from talker_service.engine.config import EngineConfig, kv_slots_that_fit
+from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -29,7 +31,9 @@ class ModelRunner:
         self.model = model
         self.vocab = vocab
         self.config = config
-        self.is_padding = model.device.type == "cuda" if config.pad_to_buckets is None else config.pad_to_buckets
+        device = model.device
+        self.graph_mode = config.graph_mode(device.type)
+        self.is_padding = config.is_padding(device.type)
         num_cache_slots = config.max_slots + (1 if self.is_padding else 0)
         cache = model.cache
         if cache is None or cache.max_slots < num_cache_slots or cache.max_seq_len < config.max_seq_len:
@@ -38,31 +42,41 @@ class ModelRunner:
                              f"x {config.max_seq_len} positions (max_slots + 1 scratch slot when padding)")
         self.scratch_slot = config.max_slots if self.is_padding else -1
         self.buckets = config.buckets()
-        device, hidden_size = model.device, model.config.hidden_size
+        hidden_size = model.config.hidden_size
         self.table = SlotSamplingTable(cache.max_slots, model.config.vocab_size, device)
         self.frames = FrameDecoder(model, self.table, vocab.ids.codec_eos)
         # per slot: embed_frame of its last frame, i.e. the next step's input minus its text track
         self.codec_embeds = torch.zeros(cache.max_slots, hidden_size, dtype=model.dtype, device=device)  # [S, H]
-        max_bs = self.buckets[-1]
-        self.step_slots = torch.zeros(max_bs, dtype=torch.long, device=device)       # [max_bs]
-        self.step_positions = torch.zeros(max_bs, dtype=torch.long, device=device)   # [max_bs]
-        self.step_counts = torch.zeros(max_bs, dtype=torch.long, device=device)      # [max_bs] frames so far
-        self.step_text = torch.zeros(max_bs, dtype=torch.long, device=device)        # [max_bs] text track ids
+        self.step = DecodeStep(model, self.frames, self.codec_embeds)
+        self.step_rows = torch.zeros(4, self.buckets[-1], dtype=torch.long, device=device)  # [4, max_bs] eager path
         if self.is_padding:   # padding rows sample greedily from a fixed row: no NaN, no randomness
             self.table.assign(self.scratch_slot, SamplingParams(do_sample=False, subtalker_dosample=False,
                                                                 min_new_tokens=0, seed=0))
-        logger.info("talker runner: %d slots x %d positions on %s, decode buckets %s%s", config.max_slots,
-                    config.max_seq_len, device, self.buckets, " (padded, scratch slot)" if self.is_padding else "")
+        self.graph_stats = GraphStats()
+        self.graphs: DecodeGraphTable | None = None
+        if self.graph_mode != "off":
+            self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=self.graph_mode == "emulate")
+            limit = config.graph_max_batch or self.buckets[-1]
+            self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1],
+                                config.context_lens(), self.graph_stats)
+        logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
+                    "context buckets %s, graphs %s%s", config.max_slots, config.max_seq_len, device,
+                    self.kv_cache_bytes / 2**20, self.buckets, config.context_lens(), self.graph_mode,
+                    " (padded, scratch slot)" if self.is_padding else "")
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, config: EngineConfig, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> "ModelRunner":
         model_dir = Path(model_dir)
         device = torch.device(device)
-        is_padding = device.type == "cuda" if config.pad_to_buckets is None else config.pad_to_buckets
+        num_extra = 1 if config.is_padding(device.type) else 0
+        sized = device.type == "cuda" and config.kv_memory_fraction > 0
+        # sized: load with a one-position cache, then size the real one from the memory left free
         model = TalkerModel.from_checkpoint(model_dir, device=device, dtype=dtype,
-                                            max_slots=config.max_slots + (1 if is_padding else 0),
-                                            max_seq_len=config.max_seq_len)
+                                            max_slots=1 if sized else config.max_slots + num_extra,
+                                            max_seq_len=1 if sized else config.max_seq_len)
+        if sized:
+            config = size_kv_cache(model, config, num_extra)
         vocab = PromptVocab.from_config(json.loads((model_dir / "config.json").read_text()))
         return cls(model, vocab, config)
 
@@ -70,6 +84,10 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         cache = self.model.cache
         return 2 * cache.k.numel() * cache.k.element_size()
+
+    def padding_row(self) -> list[int]:
+        """Index-row values of a padding row: scratch slot, position 0, frame 0, pad text."""
+        return [self.scratch_slot, 0, 0, self.vocab.tts_pad_id]
 
     def bucket_for(self, batch_size: int) -> int:
         if not self.is_padding:
@@ -103,14 +121,56 @@ class ModelRunner:
         """One frame for each slot: the talker reads text_ids[i] + its last frame at positions[i]
         -> codes [n, 16] int64 (one host sync: the caller needs codes[:, 0] to see EOS)."""
         n = len(slots)
-        bs = self.bucket_for(n)
-        pad = bs - n
-        host = torch.tensor([slots + [self.scratch_slot] * pad, positions + [0] * pad, num_frames + [0] * pad,
-                             text_ids + [self.vocab.tts_pad_id] * pad], dtype=torch.long)   # [4, bs]
-        for buffer, row in zip((self.step_slots, self.step_positions, self.step_counts, self.step_text), host):
-            buffer[:bs].copy_(row, non_blocking=True)
-        slot_ids = self.step_slots[:bs]
-        inputs = self.codec_embeds[slot_ids] + self.model.embed_text(self.step_text[:bs])   # [bs, H]
-        out = self.frames.decode(inputs, slot_ids, self.step_positions[:bs], self.step_counts[:bs])
-        self.codec_embeds[slot_ids] = out.codec_embeds.to(self.codec_embeds.dtype)
-        return out.codes[:n].cpu().numpy()
+        if n == 0 or n > self.config.max_slots:
+            raise ValueError(f"a decode step needs 1..{self.config.max_slots} slots, got {n}")
+        num_positions = max(positions) + 1
+        if num_positions > self.config.max_seq_len or min(positions) < 0:
+            raise ValueError(f"decode position {max(positions)} is outside the talker context of "
+                             f"{self.config.max_seq_len} positions (max_seq_len); the request must end before it")
+        rows = np.array([slots, positions, num_frames, text_ids], dtype=np.int64)   # [4, n]
+        graph = self.graphs.find(n, num_positions) if self.graphs is not None else None
+        if graph is not None:
+            codes = graph.run(rows)
+            self.graph_stats.num_graph_steps += 1
+            self.graph_stats.shape_histogram[(graph.batch_size, graph.context_len)] += 1
+            bs = graph.batch_size
+        else:
+            bs = self.bucket_for(n)
+            codes = self._decode_eager(rows, bs)
+            self.graph_stats.num_eager_steps += 1
+            self.graph_stats.shape_histogram[(bs, self.config.max_seq_len)] += 1
+        self.graph_stats.num_padding_rows += bs - n
+        return codes.cpu().numpy()
+
+    def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
+        """The same step without a graph: padded to bs rows on the scratch slot, full context."""
+        n = rows.shape[1]
+        host = np.empty((4, bs), dtype=np.int64)
+        host[:, :n] = rows
+        host[:, n:] = np.asarray(self.padding_row(), dtype=np.int64)[:, None]
+        index_rows = self.step_rows[:, :bs]
+        index_rows.copy_(torch.from_numpy(host), non_blocking=True)
+        return self.step(index_rows, None)[:n]
+
+
+def size_kv_cache(model: TalkerModel, config: EngineConfig, num_extra_slots: int) -> EngineConfig:
+    """Allocate the slot KV cache within config.kv_memory_fraction of the free device memory;
+    max_slots shrinks (max_seq_len never does: it is each request's guarantee)."""
+    cfg = model.config
+    bytes_per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * config.max_seq_len * cfg.head_dim \
+        * torch.empty((), dtype=model.dtype).element_size()
+    model.cache = None   # drop the one-position cache before measuring
+    torch.cuda.empty_cache()
+    free_bytes, _ = torch.cuda.mem_get_info(model.device)
+    num_slots = kv_slots_that_fit(config.max_slots, bytes_per_slot, free_bytes, config.kv_memory_fraction,
+                                  num_extra_slots)
+    if num_slots < config.max_slots:
+        logger.warning("KV cache: %d of the configured %d slots fit in %.2f of %.1f GiB free", num_slots,
+                       config.max_slots, config.kv_memory_fraction, free_bytes / 2**30)
+        config = dataclasses.replace(config, max_slots=num_slots,
+                                     batch_buckets=tuple(b for b in config.batch_buckets if b <= num_slots))
+    model.init_runtime(max_slots=num_slots + num_extra_slots, max_seq_len=config.max_seq_len)
+    logger.info("KV cache sized: %d slots (+%d scratch) x %d positions = %.1f GiB of %.1f GiB free",
+                num_slots, num_extra_slots, config.max_seq_len,
+                (num_slots + num_extra_slots) * bytes_per_slot / 2**30, free_bytes / 2**30)
+    return config

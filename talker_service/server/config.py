@@ -31,6 +31,10 @@ class TalkerServiceConfig:
     max_queued: int = 64
     max_text_tokens: int = 4096
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
+    decode_graphs: str = "auto"          # auto: one CUDA graph per decode bucket on CUDA, eager on CPU; or off
+    context_buckets: tuple[int, ...] = ()  # attention context per decode graph; empty: max_seq_len only
+    graph_max_batch: int = 0             # graphs for batch buckets <= this only (0: all)
+    kv_memory_fraction: float = 0.0      # > 0 (CUDA): fewer slots if the KV cache exceeds this share of free memory
     # --- liveness
     heartbeat_interval_ms: int = 1000
     vocoder_timeout_s: float = 3.0       # a vocoder silent this long is lost: its requests fail UNAVAILABLE
@@ -73,7 +77,9 @@ class TalkerServiceConfig:
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_slots=self.max_slots, max_seq_len=self.max_seq_len,
                             max_prefill_batch=self.max_prefill_batch, max_queued=self.max_queued,
-                            batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens)
+                            batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
+                            decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
+                            graph_max_batch=self.graph_max_batch, kv_memory_fraction=self.kv_memory_fraction)
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

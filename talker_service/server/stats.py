@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from protos.tts.internal.v1 import admin_pb2, common_pb2
 
+GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate")
+
 if TYPE_CHECKING:
     from talker_service.server.loop import TalkerServer
 
@@ -13,6 +15,7 @@ if TYPE_CHECKING:
 def talker_stats(server: "TalkerServer", reset: bool) -> admin_pb2.TalkerStats:
     engine, now_s = server.engine, time.monotonic()
     s = engine.stats
+    graph_summary = engine.runner.graph_stats.summary()
     stats = admin_pb2.TalkerStats(
         peer_id=server.peer_id, model=server.model_name, uptime_s=now_s - server.started_s,
         load=common_pb2.Load(**engine.load()),
@@ -23,8 +26,7 @@ def talker_stats(server: "TalkerServer", reset: bool) -> admin_pb2.TalkerStats:
         prefill_time=admin_pb2.LatencyStats(**s.prefill_time.summary()),
         first_frame_time=admin_pb2.LatencyStats(**s.first_frame_time.summary()),
         batch_size_histogram=dict(s.batch_size_histogram),
-        # graphs: none captured yet (eager decode steps), reported as such
-        graphs=admin_pb2.GraphStats(num_eager_steps=s.num_decode_steps),
+        graphs=admin_pb2.GraphStats(**{name: graph_summary[name] for name in GRAPH_STATS_FIELDS}),
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,
         max_context_tokens=engine.config.max_seq_len,
         vocoders=server.vocoders.status(now_s), gateways=server.gateways.status(now_s))

@@ -1,0 +1,169 @@
+"""The talker decode step as one CUDA graph per (batch bucket, context bucket).
+
+A decode step is thousands of small kernels (talker layers, codec head, logit processing,
+seeded sampling, 15 code-predictor positions); launched one by one they cost several times the
+GPU work. `DecodeStep` is the whole step as one function of four static index rows (slots,
+positions, frame counts, text ids), so it can be captured once per shape and replayed.
+
+A step of n rows uses the smallest captured batch >= n; rows n.. point at the runner's scratch
+slot (position 0, pad text), which no request owns: their KV writes, history marks and codec
+embeddings land on that slot only, and every real row reads only its own slot. The context
+bucket bounds the keys each row attends over (the smallest bucket > the largest position), so a
+batch of short requests does not read the whole allocated cache.
+
+All graphs share one memory pool: replays never overlap (one engine thread). `emulate=True`
+(CPU tests) keeps the same static buffers, padding and lookup and runs the step eagerly instead
+of replaying, so the padding logic is tested without a GPU.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from talker_service.model import FrameDecoder, TalkerModel
+
+logger = logging.getLogger(__name__)
+
+NUM_WARMUP_RUNS = 2
+NUM_INDEX_ROWS = 4   # slots, positions, frame counts, text ids
+
+
+def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None):
+    """fn() captured as one CUDA graph -> (graph, fn's output tensors). Warm-up runs on a side
+    stream first (lazy init, cuBLAS algorithm choice), as capture requires."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(num_warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        out = fn()
+    return graph, out
+
+
+class DecodeStep:
+    """One frame for a batch of slots, reading and writing only device tensors (capturable).
+
+    codec_embeds [S, H] holds each slot's last-frame embedding (the next input minus its text
+    track); the step reads it for its rows and writes back the new frame's embedding."""
+
+    def __init__(self, model: TalkerModel, frames: FrameDecoder, codec_embeds: torch.Tensor) -> None:
+        self.model, self.frames, self.codec_embeds = model, frames, codec_embeds
+
+    def __call__(self, index_rows: torch.Tensor, context_len: int | None) -> torch.Tensor:
+        """index_rows int64 [4, bs] (slots, positions, counts, text ids) -> codes int64 [bs, 16]."""
+        slots, positions, counts, text_ids = index_rows
+        inputs = self.codec_embeds[slots] + self.model.embed_text(text_ids)          # [bs, H]
+        out = self.frames.decode(inputs, slots, positions, counts, context_len)
+        self.codec_embeds[slots] = out.codec_embeds.to(self.codec_embeds.dtype)
+        return out.codes
+
+
+class CapturedDecode:
+    """Static index rows, pinned host staging, and the graph of one (batch, context) shape."""
+
+    def __init__(self, step: DecodeStep, batch_size: int, context_len: int, padding_row: list[int],
+                 emulate: bool, pool=None) -> None:
+        device = step.model.device
+        self.step, self.batch_size, self.context_len = step, batch_size, context_len
+        self.padding_row = np.asarray(padding_row, dtype=np.int64)                    # [4]
+        host = torch.zeros(NUM_INDEX_ROWS, batch_size, dtype=torch.long)
+        self.host = host.pin_memory() if device.type == "cuda" else host              # [4, B]
+        self.host.numpy()[:] = self.padding_row[:, None]
+        self.index_rows = self.host.to(device)                                        # [4, B]
+        self.graph, self.codes = None, None
+        if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
+            self.graph, self.codes = capture_graph(lambda: step(self.index_rows, context_len), pool=pool)
+
+    def run(self, rows: np.ndarray) -> torch.Tensor:
+        """rows int64 [4, n] (n <= batch_size) -> device codes [n, 16]."""
+        n = rows.shape[1]
+        if n > self.batch_size:
+            raise ValueError(f"a batch of {n} does not fit the graph of batch {self.batch_size}")
+        staging = self.host.numpy()
+        staging[:, :n] = rows
+        staging[:, n:] = self.padding_row[:, None]
+        # non_blocking is safe: the caller reads the codes back (a sync) before the next refill
+        self.index_rows.copy_(self.host, non_blocking=True)
+        if self.graph is None:
+            return self.step(self.index_rows, self.context_len)[:n]
+        self.graph.replay()
+        return self.codes[:n]
+
+
+@dataclass
+class GraphStats:
+    num_graphs: int = 0
+    graph_memory_bytes: int = 0
+    capture_s: float = 0.0
+    num_graph_steps: int = 0
+    num_eager_steps: int = 0
+    num_padding_rows: int = 0
+    shape_histogram: Counter = field(default_factory=Counter)   # (batch bucket, context bucket) -> steps
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.num_graph_steps + self.num_eager_steps
+        return self.num_graph_steps / total if total else 0.0
+
+    def summary(self) -> dict:
+        return dict(num_graphs=self.num_graphs, graph_memory_bytes=self.graph_memory_bytes,
+                    capture_s=self.capture_s, num_graph_steps=self.num_graph_steps,
+                    num_eager_steps=self.num_eager_steps, hit_rate=self.hit_rate,
+                    num_padding_rows=self.num_padding_rows,
+                    shape_histogram={f"bs{b}_ctx{c}": n for (b, c), n in sorted(self.shape_histogram.items())})
+
+
+class DecodeGraphTable:
+    """Captured decode steps by (batch, context), and the smallest one covering a step."""
+
+    def __init__(self, step: DecodeStep, padding_row: list[int], emulate: bool) -> None:
+        device = step.model.device
+        if not emulate and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA talker, this one is on {device}")
+        self.step, self.padding_row, self.emulate = step, padding_row, emulate
+        self.graphs: dict[tuple[int, int], CapturedDecode] = {}
+        self.batch_sizes: list[int] = []
+        self.context_lens: list[int] = []
+        self.pool = None if emulate else torch.cuda.graph_pool_handle()
+
+    @torch.no_grad()
+    def capture(self, batch_sizes: list[int], context_lens: list[int], stats: GraphStats) -> None:
+        """Every (batch, context) shape, smallest work first (a failure stops before the big ones)."""
+        if not batch_sizes or not context_lens or min(batch_sizes) < 1 or min(context_lens) < 1:
+            raise ValueError(f"capture needs positive batch and context sizes, got {batch_sizes}, {context_lens}")
+        shapes = sorted({(b, c) for b in batch_sizes for c in context_lens}, key=lambda s: (s[0] * s[1], s))
+        device = self.step.model.device
+        reserved0 = torch.cuda.memory_reserved(device) if not self.emulate else 0
+        started_s = time.perf_counter()
+        for batch_size, context_len in shapes:
+            self.graphs[(batch_size, context_len)] = CapturedDecode(
+                self.step, batch_size, context_len, self.padding_row, self.emulate, self.pool)
+        if not self.emulate:
+            torch.cuda.synchronize(device)
+            stats.graph_memory_bytes = torch.cuda.memory_reserved(device) - reserved0
+        self.batch_sizes = sorted({b for b, _ in self.graphs})
+        self.context_lens = sorted({c for _, c in self.graphs})
+        stats.num_graphs = len(self.graphs)
+        stats.capture_s = time.perf_counter() - started_s
+        logger.info("%s %d talker decode graphs (batch %s x context %s) in %.1f s, %.1f MiB",
+                    "emulated" if self.emulate else "captured", len(self.graphs), self.batch_sizes,
+                    self.context_lens, stats.capture_s, stats.graph_memory_bytes / 2**20)
+
+    def find(self, batch_size: int, num_positions: int) -> CapturedDecode | None:
+        """The graph for batch_size rows whose largest position is num_positions - 1 (None: run eagerly)."""
+        batch = next((b for b in self.batch_sizes if b >= batch_size), None)
+        context = next((c for c in self.context_lens if c >= num_positions), None)
+        if batch is None or context is None:
+            return None
+        return self.graphs.get((batch, context))
+
+    def __len__(self) -> int:
+        return len(self.graphs)
