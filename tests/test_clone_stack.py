@@ -9,13 +9,6 @@ itself must equal the offline one. Errors: too-short audio is refused before any
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,12 +17,12 @@ import soundfile
 
 from checkpoint.files import resolve_model_dir
 from client import TtsClient, make_config
+from process_support import LauncherProcess
 from protos.tts.internal.v1 import talker_pb2
 from protos.tts.v1 import config_pb2
 from test_vocoder_process_support import one_cpu_thread
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[1]
 SEED = 777
 MAX_FRAMES = 10
 REF_TEXT = "Hello there, this is my voice."
@@ -51,33 +44,18 @@ def reference_audio(seconds: float = 2.0) -> np.ndarray:
 def stack(tmp_path_factory):
     resolve_model_dir("tiny-base")
     work = tmp_path_factory.mktemp("clone-stack")
-    ready = work / "ready.json"
-    log = open(work / "launcher.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "--model", "tiny-base", "--grpc-port", "0",
-                             "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "90",
-                             "--drain-grace-s", "2", "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1",
-                             f"--gateway-arg=--voices-dir={work / 'voices'}"],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log, stderr=subprocess.STDOUT)
+    launcher = LauncherProcess(work, ["--model", "tiny-base", "--grpc-port", "0", "--health-timeout-s", "90",
+                                      "--drain-grace-s", "2", "--vocoder-arg=--cpu-threads=1",
+                                      "--talker-arg=--cpu-threads=1", f"--gateway-arg=--voices-dir={work / 'voices'}"])
     try:
-        deadline = time.monotonic() + 100
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((work / "launcher.log").read_text()[-4000:])
-            time.sleep(0.1)
-        info = json.loads(ready.read_text())
+        info = dict(launcher.wait_ready(100))
         info["work"] = work
         ref_path = work / "ref.wav"
         soundfile.write(ref_path, reference_audio(), 24000, subtype="FLOAT")   # float WAV at 24 kHz: no rounding
         info["ref_path"] = ref_path
         yield info
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
+        launcher.stop(40)
 
 
 @pytest.fixture(scope="module")

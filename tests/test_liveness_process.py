@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 
 from checkpoint.files import resolve_model_dir
+from process_support import TalkerProcess, VocoderProcess
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2
 from talker_service.generate import Synthesizer, SynthesisRequest
 from talker_service.model import SamplingParams
 from talker_service.prompt import tokenize_target
-from test_talker_process_support import GatewayStandIn, TalkerProcess
-from test_vocoder_process_support import VocoderProcess, one_cpu_thread
+from test_talker_process_support import GatewayStandIn
+from test_vocoder_process_support import one_cpu_thread
 
 pytestmark = pytest.mark.timeout(180)
 WAIT_S = 30.0

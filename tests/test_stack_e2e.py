@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -21,11 +16,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import TtsClient, make_config
+from process_support import LauncherProcess
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from protos.tts.v1 import config_pb2, tts_pb2
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[1]
 MAX_FRAMES = 12
 SEED = 4242
 
@@ -37,29 +32,14 @@ def run(coro, timeout_s: float = 60.0):
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("stack")
-    ready = work / "ready.json"
-    log = open(work / "launcher.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "--grpc-port", "0", "--work-dir", str(work),
-                             "--ready-file", str(ready), "--health-timeout-s", "90", "--drain-grace-s", "2",
-                             "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1"],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log, stderr=subprocess.STDOUT)
+    launcher = LauncherProcess(work, ["--grpc-port", "0", "--health-timeout-s", "90", "--drain-grace-s", "2",
+                                      "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1"])
     try:
-        deadline = time.monotonic() + 100
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((work / "launcher.log").read_text()[-4000:])
-            time.sleep(0.1)
-        info = json.loads(ready.read_text())
-        info["proc"], info["work"] = proc, work
+        info = dict(launcher.wait_ready(100))
+        info["proc"], info["work"] = launcher.proc, work
         yield info
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
+        launcher.stop(40)
 
 
 def config(**kw) -> config_pb2.SynthesisConfig:

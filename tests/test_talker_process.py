@@ -3,7 +3,6 @@ gateway stand-in over ZeroMQ. The talker also lists a vocoder endpoint where not
 requests must go to the healthy one. The last test kills the vocoder."""
 from __future__ import annotations
 
-import socket
 import time
 
 import grpc
@@ -12,23 +11,18 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from checkpoint.files import resolve_model_dir
+from process_support import TalkerProcess, VocoderProcess, free_port
 from protos import wire
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2
 from talker_service.generate import Synthesizer, SynthesisRequest
 from talker_service.model import SamplingParams
 from talker_service.prompt import tokenize_target
-from test_talker_process_support import GatewayStandIn, TalkerProcess
-from test_vocoder_process_support import VocoderProcess, one_cpu_thread
+from test_talker_process_support import GatewayStandIn
+from test_vocoder_process_support import one_cpu_thread
 
 WAIT_S = 30.0
 ATOL = 2e-5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,52 +1,15 @@
-"""Helpers of the talker process tests: the talker process on loopback and a gateway stand-in
-(DEALER to the talker's ROUTER plus the PULL the vocoder pushes audio to). No tests here."""
+"""Helpers of the talker process tests: a gateway stand-in (DEALER to the talker's ROUTER plus the
+PULL the vocoder pushes audio to); the talker process itself is `process_support.TalkerProcess`.
+No tests here."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import zmq
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from test_vocoder_process_support import Received
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class TalkerProcess:
-    def __init__(self, work_dir: Path, args: list[str]) -> None:
-        self.ready_file = work_dir / "talker.ready.json"
-        self.log_path = work_dir / "talker.log"
-        self.log = open(self.log_path, "wb")
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "talker_service", "--ready-file", str(self.ready_file),
-                                      *args], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"talker exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if self.ready_file.exists():
-                return json.loads(self.ready_file.read_text())
-            time.sleep(0.05)
-        raise TimeoutError(f"talker not ready after {timeout_s} s:\n{self.log_tail()}")
-
-    def log_tail(self, num_chars: int = 6000) -> str:
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")[-num_chars:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.log.close()
 
 
 class GatewayStandIn:
@@ -97,12 +60,7 @@ class GatewayStandIn:
                     self.received.setdefault(header.request_id, Received()).error = header
         while self.audio.poll(0):
             msg_type, header, array = wire.decode(self.audio.recv_multipart())
-            got = self.received.setdefault(header.request_id, Received())
-            if msg_type == wire.MessageType.ERROR:
-                got.error = header
-            else:
-                got.chunks.append(header)
-                got.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
+            self.received.setdefault(header.request_id, Received()).add(msg_type, header, array)
 
     def reply(self, request_id: str, msg_type: wire.MessageType, timeout_s: float):
         deadline = time.monotonic() + timeout_s

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import signal
-import socket
 import time
 
 import grpc
@@ -18,10 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from checkpoint.files import resolve_model_dir
+from process_support import VocoderProcess, free_port
 from protos import wire
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2, talker_pb2, vocoder_pb2
-from test_vocoder_process_support import (TalkerStandIn, VocoderProcess, entry, offline_pcm, one_cpu_thread,
-                                          random_codes)
+from test_vocoder_process_support import TalkerStandIn, entry, offline_pcm, one_cpu_thread, random_codes
 from vocoder_service.codec import Code2Wav
 
 SPF = 1920
@@ -29,12 +28,6 @@ ATOL = 2e-5
 TALKER_TIMEOUT_S = 2.0
 MAX_SLOTS = 3
 WAIT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

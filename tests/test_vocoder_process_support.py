@@ -1,18 +1,13 @@
-"""Helpers of the vocoder tests: a real vocoder process on loopback, a talker stand-in that drives
-it over ZeroMQ, and the offline reference decode.
+"""Helpers of the vocoder tests: a talker stand-in that drives a vocoder over ZeroMQ, and the
+offline reference decode (the vocoder process itself is `process_support.VocoderProcess`).
 
-No tests here. Every wait has a deadline; the process is killed in the fixture's finally.
+No tests here. Every wait has a deadline.
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,8 +15,6 @@ import zmq
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, vocoder_pb2
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -42,40 +35,6 @@ def offline_pcm(model, codes: np.ndarray) -> np.ndarray:
 
 def random_codes(seed: int, num_frames: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, (num_frames, 16))
-
-
-class VocoderProcess:
-    def __init__(self, work_dir: Path, args: list[str]) -> None:
-        self.ready_file = work_dir / "vocoder.ready.json"
-        self.log_path = work_dir / "vocoder.log"
-        self.log = open(self.log_path, "wb")
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vocoder_service", "--ready-file", str(self.ready_file), *args],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        self.info: dict = {}
-
-    def wait_ready(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vocoder exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if self.ready_file.exists():
-                self.info = json.loads(self.ready_file.read_text())
-                return self.info
-            time.sleep(0.05)
-        raise TimeoutError(f"vocoder not ready after {timeout_s} s:\n{self.log_tail()}")
-
-    def log_tail(self, num_chars: int = 4000) -> str:
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")[-num_chars:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.log.close()
 
 
 def entry(request_id: str, seq: int, num_frames: int, *, context: int = 0, final: bool = False,
@@ -101,6 +60,14 @@ class Received:
 
     def audio(self) -> np.ndarray:
         return np.concatenate(self.pcm) if self.pcm else np.zeros(0, np.float32)
+
+    def add(self, msg_type: wire.MessageType, header, array: np.ndarray | None) -> None:
+        """File one message from the audio path: an ERROR, or a PCM chunk with its samples."""
+        if msg_type == wire.MessageType.ERROR:
+            self.error = header
+        else:
+            self.chunks.append(header)
+            self.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
 
 
 class TalkerStandIn:
@@ -157,12 +124,7 @@ class TalkerStandIn:
         """Gateway side, non-blocking: file every PCM/ERROR already received under its request id."""
         while self.gateway.poll(0):
             msg_type, header, array = wire.decode(self.gateway.recv_multipart())
-            got = self.received.setdefault(header.request_id, Received())
-            if msg_type == wire.MessageType.ERROR:
-                got.error = header
-            else:
-                got.chunks.append(header)
-                got.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
+            self.received.setdefault(header.request_id, Received()).add(msg_type, header, array)
 
     def is_done(self, request_id: str) -> bool:
         self.drain_gateway()

@@ -6,24 +6,19 @@ model is loaded (the caller flips it) and again from the start of shutdown.
 """
 from __future__ import annotations
 
-import logging
 import queue
-from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from protos.tts.v1 import config_pb2
+from service_common.side_port import SidePortServer
 from talker_service.engine import ErrorOut, FramesOut
 from talker_service.model import SamplingParams
 from talker_service.prompt import (DEFAULT_NON_STREAMING_MODE, PromptRequest, new_text_feed, tokenize_instruct,
                                    tokenize_target)
 from talker_service.server.admin_jobs import AdminJobs, JobsClosed
 from talker_service.server.loop import summary_of
-
-logger = logging.getLogger(__name__)
 
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["TalkerAdmin"].full_name
 _SAMPLING_FIELDS = {"seed": "seed", "do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -116,29 +111,7 @@ class TalkerAdminServicer(admin_pb2_grpc.TalkerAdminServicer):
         return prompt, feed, SamplingParams.from_generation_config(generation_config, **overrides)
 
 
-class AdminServer:
-    """The side-port gRPC server with health, reflection and TalkerAdmin."""
-
-    def __init__(self, host: str, port: int, servicer: TalkerAdminServicer, max_workers: int = 8) -> None:
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="talker-grpc"))
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        admin_pb2_grpc.add_TalkerAdminServicer_to_server(servicer, self.server)
-        reflection.enable_server_reflection((ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        self.set_serving(False)
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"gRPC side port {host}:{port} could not be bound")
-
-    def start(self) -> None:
-        self.server.start()
-        logger.info("gRPC side port %d: health, reflection, %s", self.port, ADMIN_SERVICE)
-
-    def set_serving(self, is_serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if is_serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for service in ("", ADMIN_SERVICE):
-            self.health.set(service, status)
-
-    def stop(self, grace_s: float = 1.0) -> None:
-        self.set_serving(False)
-        self.server.stop(grace_s).wait(grace_s + 1.0)
+def side_port(host: str, port: int, servicer: TalkerAdminServicer) -> SidePortServer:
+    """The side-port server (not started) with health, reflection and TalkerAdmin."""
+    return SidePortServer(host, port, ADMIN_SERVICE, admin_pb2_grpc.add_TalkerAdminServicer_to_server, servicer,
+                          thread_name_prefix="talker-grpc")

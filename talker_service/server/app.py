@@ -11,21 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
 
 import torch
 
 from checkpoint.configs import generation_config as default_generation_config
 from checkpoint.files import resolve_model_dir
+from service_common.process import StopSignal, announce_ready
 from talker_service.engine import ModelRunner, TalkerEngine
-from talker_service.server.admin import AdminServer, TalkerAdminServicer
+from talker_service.server.admin import TalkerAdminServicer, side_port
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.loop import TalkerServer
 from talker_service.server.start import StartReader
 from talker_service.server.voice_jobs import VoiceEncoding
-from vocoder_service.server.app import write_ready_file
 
 logger = logging.getLogger(__name__)
 
@@ -47,21 +45,10 @@ def load_engine(config: TalkerServiceConfig) -> tuple[TalkerEngine, dict]:
 
 
 def serve(config: TalkerServiceConfig) -> int:
-    stop = threading.Event()
-    holder: dict[str, TalkerServer] = {}
-
-    def on_signal(signum, _frame) -> None:
-        logger.info("signal %s: stopping", signal.Signals(signum).name)
-        stop.set()
-        if "server" in holder:
-            holder["server"].request_stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+    stop = StopSignal()
     jobs = AdminJobs()
     servicer = TalkerAdminServicer(jobs, config.admin_timeout_s)
-    admin_server = AdminServer(config.grpc_host, config.grpc_port, servicer)
+    admin_server = side_port(config.grpc_host, config.grpc_port, servicer)
     admin_server.start()
     try:
         engine, generation = load_engine(config)
@@ -74,17 +61,13 @@ def serve(config: TalkerServiceConfig) -> int:
         voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
                                model.device, model.dtype)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
-        holder["server"] = server
-        if stop.is_set():
-            server.request_stop()
+        stop.attach(server.request_stop)
         from checkpoint.text_tokenizer import load_text_tokenizer
         servicer.bind_model(vocab, load_text_tokenizer(model_dir), generation, config.max_text_tokens)
         admin_server.set_serving(True)
         info = {"requests_endpoint": server.endpoint, "grpc_port": admin_server.port, "peer_id": server.peer_id,
                 "pid": os.getpid(), "vocoders": config.vocoder_endpoints()}
-        logger.info("talker ready: %s", info)
-        if config.ready_file:
-            write_ready_file(config.ready_file, info)
+        announce_ready("talker", info, config.ready_file)
         server.run()
         return 0
     finally:

@@ -5,8 +5,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from service_common.endpoints import check_endpoint
 from talker_service.engine import EngineConfig
-from vocoder_service.server.sockets import check_endpoint
 
 
 @dataclass

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
+from service_common.endpoints import check_endpoint
 from talker_service.engine import EngineError
 from talker_service.server.routes import Route
-from vocoder_service.server.sockets import check_endpoint
 
 if TYPE_CHECKING:
     from talker_service.server.loop import TalkerServer

@@ -6,20 +6,16 @@ loaded and the graphs captured (the caller flips it), and again from the start o
 """
 from __future__ import annotations
 
-import logging
 import queue
 from concurrent import futures
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
+from service_common.side_port import SidePortServer
 from vocoder_service.engine.engine import NUM_CODE_GROUPS, EngineError
 from vocoder_service.server.admin_jobs import AdminBridge, BridgeClosed
-
-logger = logging.getLogger(__name__)
 
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["VocoderAdmin"].full_name
 MAX_MESSAGE_BYTES = 64 * 2**20   # a Decode reply of 2048 frames is 15.7 MB of float32 PCM
@@ -86,37 +82,7 @@ class VocoderAdminServicer(admin_pb2_grpc.VocoderAdminServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
 
-class AdminServer:
-    """The side-port gRPC server with health, reflection and the admin service."""
-
-    def __init__(self, host: str, port: int, max_workers: int = 8) -> None:
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vocoder-grpc"),
-            options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
-        )
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        self.set_serving(False)
-        address = f"{host}:{port}"
-        self.port = self.server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"gRPC side port {address} could not be bound")
-
-    def add_admin(self, servicer: VocoderAdminServicer) -> None:
-        """Must come before start(): grpc servers take no new services once started."""
-        admin_pb2_grpc.add_VocoderAdminServicer_to_server(servicer, self.server)
-
-    def start(self) -> None:
-        self.server.start()
-        logger.info("gRPC side port %d: health, reflection, %s", self.port, ADMIN_SERVICE)
-
-    def set_serving(self, is_serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if is_serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for service in ("", ADMIN_SERVICE):
-            self.health.set(service, status)
-
-    def stop(self, grace_s: float = 1.0) -> None:
-        self.set_serving(False)
-        self.server.stop(grace_s).wait(grace_s + 1.0)
+def side_port(host: str, port: int, servicer: VocoderAdminServicer) -> SidePortServer:
+    """The side-port server (not started) with health, reflection and VocoderAdmin."""
+    return SidePortServer(host, port, ADMIN_SERVICE, admin_pb2_grpc.add_VocoderAdminServicer_to_server, servicer,
+                          thread_name_prefix="vocoder-grpc", max_message_bytes=MAX_MESSAGE_BYTES)

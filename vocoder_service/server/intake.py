@@ -17,10 +17,10 @@ from google.protobuf.message import DecodeError
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+from service_common.endpoints import check_endpoint
 from vocoder_service.engine.engine import NUM_CODE_GROUPS, EngineError, VocoderEngine
 from vocoder_service.server.outbox import Outbox
 from vocoder_service.server.peers import TalkerPeers
-from vocoder_service.server.sockets import check_endpoint
 
 logger = logging.getLogger(__name__)
 

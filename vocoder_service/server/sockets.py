@@ -7,21 +7,13 @@ fails the affected request instead of stalling every other stream.
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 
 import zmq
 
+from service_common.endpoints import check_endpoint
+
 logger = logging.getLogger(__name__)
-
-# tcp://host:port (port may be * when binding), ipc://path, inproc://name
-_ENDPOINT = re.compile(r"^(tcp://[^\s:]+:(\d+|\*)|tcp://\[[0-9a-fA-F:.]+\]:(\d+|\*)|ipc://\S+|inproc://\S+)$")
-
-
-def check_endpoint(endpoint: str, what: str) -> None:
-    """ValueError unless `endpoint` looks like a ZeroMQ tcp/ipc/inproc address."""
-    if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
-        raise ValueError(f"{what} {endpoint!r} is not a ZeroMQ endpoint (tcp://host:port, ipc://path, inproc://name)")
 
 
 def bind_router(context: zmq.Context, endpoint: str, rcv_hwm: int, snd_hwm: int) -> tuple[zmq.Socket, str]:

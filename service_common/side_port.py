@@ -1,0 +1,60 @@
+"""A backend's gRPC side port: grpc.health.v1, server reflection and one admin service.
+
+It comes up before the model loads with health NOT_SERVING, so a probe can tell "loading" from
+"dead"; the owner flips it to SERVING once the model is ready and back at the start of shutdown.
+The admin servicer is registered in the constructor because a started grpc server takes no new
+services.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+logger = logging.getLogger(__name__)
+
+AddServicerFn = Callable[[object, grpc.Server], None]   # the generated add_<Name>Servicer_to_server
+
+
+class SidePortServer:
+    """Health + reflection + `admin_service` (its full name, e.g. "tts.internal.v1.TalkerAdmin")."""
+
+    def __init__(self, host: str, port: int, admin_service: str, add_servicer: AddServicerFn, servicer, *,
+                 thread_name_prefix: str, max_workers: int = 8, max_message_bytes: int | None = None) -> None:
+        options = []
+        if max_message_bytes is not None:
+            options = [("grpc.max_send_message_length", max_message_bytes),
+                       ("grpc.max_receive_message_length", max_message_bytes)]
+        self.admin_service = admin_service
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
+            options=options)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        add_servicer(servicer, self.server)
+        reflection.enable_server_reflection((admin_service, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.set_serving(False)
+        address = f"{host}:{port}"
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:   # newer grpcio raises where older ones returned 0
+            raise OSError(f"gRPC side port {address} could not be bound: {exc}") from exc
+        if self.port == 0:
+            raise OSError(f"gRPC side port {address} could not be bound")
+
+    def start(self) -> None:
+        self.server.start()
+        logger.info("gRPC side port %d: health, reflection, %s", self.port, self.admin_service)
+
+    def set_serving(self, is_serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if is_serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", self.admin_service):
+            self.health.set(service, status)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        self.set_serving(False)
+        self.server.stop(grace_s).wait(grace_s + 1.0)

@@ -1,0 +1,69 @@
+"""Real service processes for the tests: `python -m <module>` on loopback, waited for through its
+ready file, stopped or killed in the fixture's finally. No tests here.
+
+Start-up, the ready-file wait and the log tail are the launcher's own `Child` (one copy of that
+logic); this adds timeouts relative to now and the hard kill a teardown wants. Every wait has a
+deadline.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from launcher.processes import Child
+
+KILL_WAIT_S = 10.0
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now (racy by nature; fine for tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    """One process under test; its output goes to `<work_dir>/<name>.log`, its ready file next to it."""
+
+    def __init__(self, work_dir: Path, name: str, module: str, args: list[str]) -> None:
+        self.child = Child(name, module, args, work_dir)
+        self.proc = self.child.proc
+        self.ready_file = self.child.ready_file
+        self.info: dict = {}
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        """The ready file's JSON; RuntimeError if the process exits first, TimeoutError after `timeout_s`."""
+        self.info = self.child.wait_ready(time.monotonic() + timeout_s)
+        return self.info
+
+    def log_tail(self, num_chars: int = 6000) -> str:
+        return self.child.log_tail(num_chars)
+
+    def kill(self) -> None:
+        """SIGKILL (no drain) and reap; safe to call again or after the process has exited."""
+        if self.child.is_alive():
+            self.proc.kill()
+        self.child.wait_or_kill(KILL_WAIT_S)
+
+    def stop(self, timeout_s: float) -> int:
+        """SIGTERM (a clean shutdown), SIGKILL if it is still running after `timeout_s`; the exit code."""
+        self.child.terminate()
+        return self.child.wait_or_kill(timeout_s)
+
+
+class VocoderProcess(ServiceProcess):
+    def __init__(self, work_dir: Path, args: list[str]) -> None:
+        super().__init__(work_dir, "vocoder", "vocoder_service", args)
+
+
+class TalkerProcess(ServiceProcess):
+    def __init__(self, work_dir: Path, args: list[str]) -> None:
+        super().__init__(work_dir, "talker", "talker_service", args)
+
+
+class LauncherProcess(ServiceProcess):
+    """`python -m launcher`: its children's logs and ready files land in the same `work_dir`."""
+
+    def __init__(self, work_dir: Path, args: list[str]) -> None:
+        super().__init__(work_dir, "launcher", "launcher", ["--work-dir", str(work_dir), *args])
