@@ -66,11 +66,39 @@ def generate(out_root: Path, root: Path = REPO_ROOT) -> list[Path]:
     with_services = [str(root / p) for p in sources if declares_service(p, root)]
     if with_services:
         run_protoc(root, [f"--grpc_python_out={out_root}", *with_services])
+        for grpc_module in out_root.rglob("*_pb2_grpc.py"):
+            grpc_module.write_text(abstract_servicers(grpc_module.read_text()))
     written = sorted(p.relative_to(out_root) for p in out_root.rglob("*") if p.is_file())
     expected = sorted(out for p in sources for out in expected_outputs(p, root))
     if written != expected:
         raise RuntimeError(f"protoc wrote {written}, expected {expected}")
     return written
+
+
+_SERVICER_CLASS = re.compile(r"^class (\w+Servicer):$", re.M)
+_PLACEHOLDER_ERROR = "NotImplementedError"  # what the plugin's placeholder bodies raise
+_UNIMPLEMENTED_BODY = (
+    "        context.set_code(grpc.StatusCode.UNIMPLEMENTED)\n"
+    "        context.set_details('Method not implemented!')\n"
+    f"        raise {_PLACEHOLDER_ERROR}('Method not implemented!')\n"
+)
+
+
+def abstract_servicers(source: str) -> str:
+    """Turns grpcio-tools' servicer base classes into abstract bases.
+
+    The plugin emits concrete classes whose methods answer UNIMPLEMENTED; every servicer of ours
+    implements its whole service, so a forgotten method should fail at construction (TypeError
+    naming it), not at the first call in production. Deterministic text rewrite: the staleness
+    test regenerates through this same function.
+    """
+    if _UNIMPLEMENTED_BODY not in source:
+        return source
+    source = _SERVICER_CLASS.sub(r"class \1(abc.ABC):", source)
+    source = re.sub(r"^    def (\w+)\(self, (request|request_iterator), context\):$",
+                    r"    @abc.abstractmethod\n    def \1(self, \2, context):", source, flags=re.M)
+    source = source.replace(_UNIMPLEMENTED_BODY, "")
+    return source.replace("import grpc\n", "import abc\n\nimport grpc\n", 1)
 
 
 def committed_generated(root: Path = REPO_ROOT) -> list[Path]:

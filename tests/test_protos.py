@@ -351,3 +351,23 @@ def test_encode_rejects_misuse():
         wire.encode(MT.PCM, vocoder_pb2.PcmChunk(), [0.0, 1.0])
     with pytest.raises(ValueError, match="is not a valid MessageType"):
         wire.encode(b"BOGUS", text)
+
+
+def test_generated_servicers_are_abstract_bases():
+    """A servicer missing a method fails at construction, naming it, instead of answering
+    UNIMPLEMENTED in production; the generated modules carry no placeholder bodies."""
+    from protos import generate
+    from protos.tts.internal.v1 import admin_pb2_grpc
+    from protos.tts.v1 import tts_pb2_grpc
+
+    class HalfDone(tts_pb2_grpc.TextToSpeechServicer):
+        def Synthesize(self, request, context):
+            return None
+
+    with pytest.raises(TypeError, match="StreamSynthesize"):
+        HalfDone()
+    with pytest.raises(TypeError, match="GetStats"):
+        admin_pb2_grpc.VocoderAdminServicer()
+    for path in generate.committed_generated():
+        if path.name.endswith("_pb2_grpc.py"):
+            assert "NotImplementedError" not in (generate.REPO_ROOT / path).read_text(), path
