@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from client.stream_write import exchange
 from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc, voices_pb2
 
 logger = logging.getLogger(__name__)
@@ -96,29 +97,14 @@ class TtsClient:
                      timeout_s: float | None = None) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
         """StreamSynthesize: sends `config`, then each text delta as it comes, then end of input;
         yields every response (start, audio, flush acks, summary) as it arrives."""
-        call = self.stub.StreamSynthesize(timeout=timeout_s)
+        async def requests():
+            yield tts_pb2.StreamSynthesizeRequest(config=config)
+            async for text in _as_async(texts):
+                yield tts_pb2.StreamSynthesizeRequest(text=text)
+            yield tts_pb2.StreamSynthesizeRequest(end=tts_pb2.EndOfInput())
 
-        async def write_all():
-            try:
-                await call.write(tts_pb2.StreamSynthesizeRequest(config=config))
-                async for text in _as_async(texts):
-                    await call.write(tts_pb2.StreamSynthesizeRequest(text=text))
-                await call.write(tts_pb2.StreamSynthesizeRequest(end=tts_pb2.EndOfInput()))
-                await call.done_writing()
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                # The server ended the call (e.g. INVALID_ARGUMENT): read() below raises its status.
-                logger.debug("stream writer stopped: %r", exc)
-
-        # Explicit writes rather than a request iterator: grpc.aio reports a write after the
-        # server has ended the call as INTERNAL, hiding the server's real status.
-        writer = asyncio.get_running_loop().create_task(write_all())
-        try:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                yield response
-        finally:
-            writer.cancel()
-            if not call.done():
-                call.cancel()
+        async for response in exchange(self.stub.StreamSynthesize(timeout=timeout_s), requests()):
+            yield response
 
     async def synthesize(self, text: str, config: config_pb2.SynthesisConfig,
                          timeout_s: float | None = None) -> tts_pb2.SynthesizeResponse:

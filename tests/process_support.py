@@ -7,8 +7,10 @@ deadline.
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.processes import Child
@@ -21,6 +23,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def dead_port() -> Iterator[int]:
+    """A loopback port that stays dead while the block runs: bound (so no process under test can be
+    handed it by a bind to port 0) but never listening (so connecting to it is refused)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
 
 
 class ServiceProcess:

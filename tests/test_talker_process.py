@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from checkpoint.files import resolve_model_dir
-from process_support import TalkerProcess, VocoderProcess, free_port
+from process_support import TalkerProcess, VocoderProcess, dead_port, free_port
 from protos import wire
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2
@@ -40,29 +40,32 @@ def stack(tmp_path_factory):
                                     "--heartbeat-interval-ms", "200", "--talker-timeout-s", "30",
                                     "--first-chunk-frames", "2", "--steady-chunk-frames", "4", "--max-wait-ms", "50"])
     talker = None
-    try:
-        codes_endpoint = vocoder.wait_ready(WAIT_S * 2)["codes_endpoint"]
-        dead_endpoint = f"tcp://127.0.0.1:{free_port()}"
-        grpc_port = free_port()
-        talker = TalkerProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
-                                      "tcp://127.0.0.1:*", "--vocoders", f"{dead_endpoint},{codes_endpoint}",
-                                      "--grpc-host", "127.0.0.1", "--grpc-port", str(grpc_port), "--max-slots", "4",
-                                      "--max-seq-len", "256", "--heartbeat-interval-ms", "200",
-                                      "--vocoder-timeout-s", "1.0", "--gateway-timeout-s", "1.5"])
-        info = talker.wait_ready(WAIT_S * 2)
-        channel = grpc.insecure_channel(f"127.0.0.1:{info['grpc_port']}")
-        gateway = GatewayStandIn(info["requests_endpoint"])
-        deadline = time.monotonic() + WAIT_S   # the talker must have heard the live vocoder
-        while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == 1):
-            assert time.monotonic() < deadline, talker.log_tail()
-            gateway.pump(50)
-        yield dict(vocoder=vocoder, talker=talker, gateway=gateway, channel=channel, info=info)
-        gateway.close()
-        channel.close()
-    finally:
-        if talker is not None:
-            talker.kill()
-        vocoder.kill()
+    # The dead port stays bound for the whole module: a port only probed free could be handed to the
+    # talker's own bind to port 0, and the talker would then take itself for a healthy vocoder.
+    with dead_port() as unused_port:
+        try:
+            codes_endpoint = vocoder.wait_ready(WAIT_S * 2)["codes_endpoint"]
+            dead_endpoint = f"tcp://127.0.0.1:{unused_port}"
+            grpc_port = free_port()
+            talker = TalkerProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
+                                          "tcp://127.0.0.1:*", "--vocoders", f"{dead_endpoint},{codes_endpoint}",
+                                          "--grpc-host", "127.0.0.1", "--grpc-port", str(grpc_port), "--max-slots", "4",
+                                          "--max-seq-len", "256", "--heartbeat-interval-ms", "200",
+                                          "--vocoder-timeout-s", "1.0", "--gateway-timeout-s", "1.5"])
+            info = talker.wait_ready(WAIT_S * 2)
+            channel = grpc.insecure_channel(f"127.0.0.1:{info['grpc_port']}")
+            gateway = GatewayStandIn(info["requests_endpoint"])
+            deadline = time.monotonic() + WAIT_S   # the talker must have heard the live vocoder
+            while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == 1):
+                assert time.monotonic() < deadline, talker.log_tail()
+                gateway.pump(50)
+            yield dict(vocoder=vocoder, talker=talker, gateway=gateway, channel=channel, info=info)
+            gateway.close()
+            channel.close()
+        finally:
+            if talker is not None:
+                talker.kill()
+            vocoder.kill()
 
 
 def ids_of(synth, text: str) -> list[int]:
