@@ -2,8 +2,9 @@
 
 Starts the local stack with `python -m launcher` (or uses --target), then for each concurrency
 level keeps that many streams in flight, each a fixed-length utterance: fixed text streamed word
-by word, seeds fixed per stream, and `max_frames` bounding the length (random weights rarely
-emit EOS; each row reports the frames actually produced, so a short utterance is visible). Reports TTFA p50/p95, RTF p50/p95 and audio-s/s; writes JSON.
+by word, seeds fixed per stream, and min_frames = max_frames so end of speech is never sampled and
+every stream has the same length (each row still reports the frames produced). Reports TTFA
+p50/p95, RTF p50/p95 and audio-s/s; writes JSON.
 
     python benchmarks/bench_e2e.py --smoke                     # CPU, tiny, seconds
     python benchmarks/bench_e2e.py --model <1.7B dir> --device cuda --concurrency 1,4,16,64,128,256
@@ -35,7 +36,7 @@ TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away 
 
 async def one_stream(client: TtsClient, seed: int, args) -> dict:
     cfg = make_config(args.voice, language="english", encoding=config_pb2.AUDIO_ENCODING_PCM16, seed=seed,
-                      max_frames=args.frames)
+                      max_frames=args.frames, min_frames=args.frames)
     t0 = time.monotonic()
     first_s, summary = None, None
     words = TEXT.split(" ")

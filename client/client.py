@@ -22,7 +22,7 @@ _REF_ENCODINGS = {".wav": config_pb2.REFERENCE_AUDIO_ENCODING_WAV, ".flac": conf
 def make_config(voice: str = "", *, language: str = "auto", encoding: int = config_pb2.AUDIO_ENCODING_PCM16,
                 sample_rate_hz: int = 0, speed: float = 0.0, seed: int | None = None,
                 reference_audio: str | Path | None = None, reference_text: str = "", instruct: str = "",
-                text_mode: int = config_pb2.TEXT_MODE_UNSPECIFIED, max_frames: int | None = None,
+                text_mode: int = config_pb2.TEXT_MODE_UNSPECIFIED, max_frames: int | None = None, min_frames: int | None = None,
                 model: str = "") -> config_pb2.SynthesisConfig:
     """A SynthesisConfig from short options.
 
@@ -49,6 +49,8 @@ def make_config(voice: str = "", *, language: str = "auto", encoding: int = conf
         cfg.sampling.seed = seed
     if max_frames is not None:
         cfg.sampling.max_frames = max_frames
+    if min_frames is not None:
+        cfg.sampling.min_frames = min_frames
     return cfg
 
 

@@ -26,7 +26,7 @@ _MODEL_TYPES = {
 _FALLBACK_GENERATION = {
     "do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
     "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
-    "subtalker_top_p": 1.0, "max_new_tokens": 2048,
+    "subtalker_top_p": 1.0, "max_new_tokens": 2048, "min_new_tokens": 2,
 }
 
 

@@ -68,6 +68,7 @@ def _sampling(cfg: config_pb2.SynthesisConfig, generation: dict) -> talker_pb2.S
         subtalker_top_k=int(get("subtalker_top_k", "subtalker_top_k")),
         subtalker_top_p=float(get("subtalker_top_p", "subtalker_top_p")),
         max_frames=int(get("max_frames", "max_new_tokens")),
+        min_frames=int(get("min_frames", "min_new_tokens")),
     )
     for name in ("temperature", "subtalker_temperature"):
         value = getattr(out, name)
@@ -81,6 +82,9 @@ def _sampling(cfg: config_pb2.SynthesisConfig, generation: dict) -> talker_pb2.S
         raise InvalidArgument("config.sampling.repetition_penalty", f"must be >= 1, got {out.repetition_penalty}")
     if out.max_frames < 1:
         raise InvalidArgument("config.sampling.max_frames", "must be >= 1")
+    if out.min_frames > out.max_frames:
+        raise InvalidArgument("config.sampling.min_frames",
+                              f"{out.min_frames} exceeds max_frames {out.max_frames}")
     return out
 
 

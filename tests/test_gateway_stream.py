@@ -160,6 +160,9 @@ BAD_INPUTS = [
     ("temperature", [req(config=config_pb2.SynthesisConfig(
         speaker=config_pb2.SpeakerVoice(name="ryan"), sampling=config_pb2.SamplingParams(temperature=0)))],
      "config.sampling.temperature"),
+    ("min over max frames", [req(config=config_pb2.SynthesisConfig(
+        speaker=config_pb2.SpeakerVoice(name="ryan"), sampling=config_pb2.SamplingParams(min_frames=9, max_frames=8)))],
+     "config.sampling.min_frames"),
     ("empty text at end", [req(config=speaker_config()), req(text="   "), req(end=tts_pb2.EndOfInput())], "text:"),
     ("text over limit", [req(config=speaker_config()), req(text="word " * 50)], "over the limit"),
     ("oversized message", [req(config=speaker_config()), req(text="x" * 3000)], "bytes is over the limit"),

@@ -84,10 +84,11 @@ def start_fields(synth, seed: int, max_frames: int, text_ids=(), complete=True, 
                 text_token_ids=list(text_ids), is_text_complete=complete)
 
 
-def offline(synth, text_ids, seed, max_frames, streaming=True):
+def offline(synth, text_ids, seed, max_frames, streaming=True, min_frames=2):
     request = SynthesisRequest(text_ids=list(text_ids), voice="vivian", language="english",
                                non_streaming_mode=not streaming,
-                               sampling=SamplingParams(seed=seed, max_new_tokens=max_frames + 1))
+                               sampling=SamplingParams(seed=seed, max_new_tokens=max_frames + 1,
+                                                       min_new_tokens=min_frames))
     with one_cpu_thread():
         codes = synth.generate_codes([request])[0]
         return codes, synth.decode(codes)
@@ -106,6 +107,25 @@ def test_health_serving_and_generate_codes_over_grpc(stack, synth):
     assert responses[-1].is_final and responses[-1].seed == 5
     expected, _ = offline(synth, ids_of(synth, "Hello there."), 5, 8)
     assert np.array_equal(codes, expected.numpy())
+
+
+def test_min_frames_masks_eos_until_reached_and_must_not_exceed_max_frames(stack, synth):
+    admin = admin_pb2_grpc.TalkerAdminStub(stack["channel"])
+
+    def generate(min_frames: int, max_frames: int):
+        config = config_pb2.SynthesisConfig(
+            speaker=config_pb2.SpeakerVoice(name="vivian"), language="english",
+            text_mode=config_pb2.TEXT_MODE_STREAMING,
+            sampling=config_pb2.SamplingParams(seed=6, min_frames=min_frames, max_frames=max_frames))
+        return list(admin.GenerateCodes(admin_pb2.GenerateCodesRequest(text="Hi.", config=config), timeout=WAIT_S))
+
+    responses = generate(24, 24)
+    codes = np.concatenate([np.asarray(r.codes, dtype=np.int64).reshape(-1, 16) for r in responses])
+    expected, _ = offline(synth, ids_of(synth, "Hi."), 6, 24, min_frames=24)
+    assert codes.shape == (24, 16) and np.array_equal(codes, expected.numpy())
+    with pytest.raises(grpc.RpcError) as info:
+        generate(25, 24)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "min_frames" in info.value.details()
 
 
 def test_talker_to_vocoder_audio_equals_offline_synthesizer(stack, synth):

@@ -108,7 +108,13 @@ class TalkerAdminServicer(admin_pb2_grpc.TalkerAdminServicer):
         overrides = {ours: getattr(s, theirs) for theirs, ours in _SAMPLING_FIELDS.items() if s.HasField(theirs)}
         if s.HasField("max_frames"):
             overrides["max_new_tokens"] = s.max_frames + 1
-        return prompt, feed, SamplingParams.from_generation_config(generation_config, **overrides)
+        if s.HasField("min_frames"):
+            overrides["min_new_tokens"] = s.min_frames
+        params = SamplingParams.from_generation_config(generation_config, **overrides)
+        if s.HasField("min_frames") and params.min_new_tokens >= params.max_new_tokens:
+            raise ValueError(f"config.sampling.min_frames {s.min_frames} exceeds max_frames "
+                             f"{params.max_new_tokens - 1}")
+        return prompt, feed, params
 
 
 def side_port(host: str, port: int, servicer: TalkerAdminServicer) -> SidePortServer:

@@ -83,8 +83,12 @@ class StartReader:
     def _sampling(self, s: talker_pb2.Sampling) -> SamplingParams:
         # max_frames counts frames; the official max_new_tokens counts one more (the EOS sampling)
         max_new_tokens = s.max_frames + 1 if s.max_frames else self.default_max_new_tokens
+        # EOS is masked while fewer than min_new_tokens codes were sampled: that many frames at least
+        min_new_tokens = {"min_new_tokens": s.min_frames} if s.HasField("min_frames") else {}
+        if s.HasField("min_frames") and s.min_frames >= max_new_tokens:
+            raise ValueError(f"sampling.min_frames {s.min_frames} exceeds max_frames {max_new_tokens - 1}")
         return SamplingParams(
             seed=s.seed, do_sample=s.do_sample, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
             repetition_penalty=s.repetition_penalty, subtalker_dosample=s.subtalker_do_sample,
             subtalker_temperature=s.subtalker_temperature, subtalker_top_k=s.subtalker_top_k,
-            subtalker_top_p=s.subtalker_top_p, max_new_tokens=max_new_tokens)
+            subtalker_top_p=s.subtalker_top_p, max_new_tokens=max_new_tokens, **min_new_tokens)

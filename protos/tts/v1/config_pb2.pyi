@@ -90,7 +90,7 @@ class CloneVoice(_message.Message):
     def __init__(self, reference_audio: _Optional[_Union[ReferenceAudio, _Mapping]] = ..., reference_text: _Optional[str] = ..., x_vector_only: _Optional[bool] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("seed", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_do_sample", "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_frames")
+    __slots__ = ("seed", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_do_sample", "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_frames", "min_frames")
     SEED_FIELD_NUMBER: _ClassVar[int]
     DO_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class SamplingParams(_message.Message):
     SUBTALKER_TOP_K_FIELD_NUMBER: _ClassVar[int]
     SUBTALKER_TOP_P_FIELD_NUMBER: _ClassVar[int]
     MAX_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MIN_FRAMES_FIELD_NUMBER: _ClassVar[int]
     seed: int
     do_sample: bool
     temperature: float
@@ -113,7 +114,8 @@ class SamplingParams(_message.Message):
     subtalker_top_k: int
     subtalker_top_p: float
     max_frames: int
-    def __init__(self, seed: _Optional[int] = ..., do_sample: _Optional[bool] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., subtalker_do_sample: _Optional[bool] = ..., subtalker_temperature: _Optional[float] = ..., subtalker_top_k: _Optional[int] = ..., subtalker_top_p: _Optional[float] = ..., max_frames: _Optional[int] = ...) -> None: ...
+    min_frames: int
+    def __init__(self, seed: _Optional[int] = ..., do_sample: _Optional[bool] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., subtalker_do_sample: _Optional[bool] = ..., subtalker_temperature: _Optional[float] = ..., subtalker_top_k: _Optional[int] = ..., subtalker_top_p: _Optional[float] = ..., max_frames: _Optional[int] = ..., min_frames: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
     __slots__ = ("model", "speaker", "design", "clone", "registered_voice_id", "language", "audio_format", "speed", "sampling", "text_mode")

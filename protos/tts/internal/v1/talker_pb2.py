@@ -26,7 +26,7 @@ from protos.tts.internal.v1 import common_pb2 as protos_dot_tts_dot_internal_dot
 from protos.tts.v1 import config_pb2 as protos_dot_tts_dot_v1_dot_config__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#protos/tts/internal/v1/talker.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x1aprotos/tts/v1/config.proto\"\xfc\x01\n\x08Sampling\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12\x11\n\tdo_sample\x18\x02 \x01(\x08\x12\x13\n\x0btemperature\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\r\x12\r\n\x05top_p\x18\x05 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x06 \x01(\x02\x12\x1b\n\x13subtalker_do_sample\x18\x07 \x01(\x08\x12\x1d\n\x15subtalker_temperature\x18\x08 \x01(\x02\x12\x17\n\x0fsubtalker_top_k\x18\t \x01(\r\x12\x17\n\x0fsubtalker_top_p\x18\n \x01(\x02\x12\x12\n\nmax_frames\x18\x0b \x01(\r\"Z\n\x0cSpeakerVoice\x12\x18\n\x10speaker_codec_id\x18\x01 \x01(\r\x12\x14\n\x0cspeaker_name\x18\x02 \x01(\t\x12\x1a\n\x12instruct_token_ids\x18\x03 \x03(\r\")\n\x0b\x44\x65signVoice\x12\x1a\n\x12instruct_token_ids\x18\x01 \x03(\r\"\xa7\x01\n\x0bVoicePrompt\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rx_vector_only\x18\x02 \x01(\x08\x12\x19\n\x11speaker_embedding\x18\x03 \x03(\x02\x12\x17\n\x0freference_codes\x18\x04 \x03(\r\x12\x1c\n\x14num_reference_frames\x18\x05 \x01(\r\x12 \n\x18reference_text_token_ids\x18\x06 \x03(\r\"\xac\x01\n\x0b\x45ncodeVoice\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x15\n\rx_vector_only\x18\x03 \x01(\x08\x12 \n\x18reference_text_token_ids\x18\x04 \x03(\r\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12)\n\x05\x61rray\x18\x06 \x01(\x0b\x32\x1a.tts.internal.v1.ArraySpec\"c\n\x0cVoiceEncoded\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x06prompt\x18\x02 \x01(\x0b\x32\x1c.tts.internal.v1.VoicePrompt\x12\x11\n\tencode_ms\x18\x03 \x01(\x02\"\x8f\x03\n\x05Start\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08reply_to\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x30\n\x07speaker\x18\x04 \x01(\x0b\x32\x1d.tts.internal.v1.SpeakerVoiceH\x00\x12.\n\x06\x64\x65sign\x18\x05 \x01(\x0b\x32\x1c.tts.internal.v1.DesignVoiceH\x00\x12-\n\x05\x63lone\x18\x06 \x01(\x0b\x32\x1c.tts.internal.v1.VoicePromptH\x00\x12\x19\n\x11language_codec_id\x18\x07 \x01(\r\x12+\n\x08sampling\x18\x08 \x01(\x0b\x32\x19.tts.internal.v1.Sampling\x12#\n\ttext_mode\x18\t \x01(\x0e\x32\x10.tts.v1.TextMode\x12\x16\n\x0etext_token_ids\x18\n \x03(\r\x12\x18\n\x10is_text_complete\x18\x0b \x01(\x08\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0c \x01(\x04\x42\x07\n\x05voice\":\n\x04Text\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\"4\n\x03\x45nd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11num_text_messages\x18\x02 \x01(\r\"w\n\x03\x41\x63k\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttalker_id\x18\x02 \x01(\t\x12\x12\n\nvocoder_id\x18\x03 \x01(\t\x12\x19\n\x11num_prompt_tokens\x18\x04 \x01(\r\x12\x1a\n\x12num_requests_ahead\x18\x05 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#protos/tts/internal/v1/talker.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x1aprotos/tts/v1/config.proto\"\xa4\x02\n\x08Sampling\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12\x11\n\tdo_sample\x18\x02 \x01(\x08\x12\x13\n\x0btemperature\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\r\x12\r\n\x05top_p\x18\x05 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x06 \x01(\x02\x12\x1b\n\x13subtalker_do_sample\x18\x07 \x01(\x08\x12\x1d\n\x15subtalker_temperature\x18\x08 \x01(\x02\x12\x17\n\x0fsubtalker_top_k\x18\t \x01(\r\x12\x17\n\x0fsubtalker_top_p\x18\n \x01(\x02\x12\x12\n\nmax_frames\x18\x0b \x01(\r\x12\x17\n\nmin_frames\x18\x0c \x01(\rH\x00\x88\x01\x01\x42\r\n\x0b_min_frames\"Z\n\x0cSpeakerVoice\x12\x18\n\x10speaker_codec_id\x18\x01 \x01(\r\x12\x14\n\x0cspeaker_name\x18\x02 \x01(\t\x12\x1a\n\x12instruct_token_ids\x18\x03 \x03(\r\")\n\x0b\x44\x65signVoice\x12\x1a\n\x12instruct_token_ids\x18\x01 \x03(\r\"\xa7\x01\n\x0bVoicePrompt\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rx_vector_only\x18\x02 \x01(\x08\x12\x19\n\x11speaker_embedding\x18\x03 \x03(\x02\x12\x17\n\x0freference_codes\x18\x04 \x03(\r\x12\x1c\n\x14num_reference_frames\x18\x05 \x01(\r\x12 \n\x18reference_text_token_ids\x18\x06 \x03(\r\"\xac\x01\n\x0b\x45ncodeVoice\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x15\n\rx_vector_only\x18\x03 \x01(\x08\x12 \n\x18reference_text_token_ids\x18\x04 \x03(\r\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12)\n\x05\x61rray\x18\x06 \x01(\x0b\x32\x1a.tts.internal.v1.ArraySpec\"c\n\x0cVoiceEncoded\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x06prompt\x18\x02 \x01(\x0b\x32\x1c.tts.internal.v1.VoicePrompt\x12\x11\n\tencode_ms\x18\x03 \x01(\x02\"\x8f\x03\n\x05Start\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08reply_to\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x30\n\x07speaker\x18\x04 \x01(\x0b\x32\x1d.tts.internal.v1.SpeakerVoiceH\x00\x12.\n\x06\x64\x65sign\x18\x05 \x01(\x0b\x32\x1c.tts.internal.v1.DesignVoiceH\x00\x12-\n\x05\x63lone\x18\x06 \x01(\x0b\x32\x1c.tts.internal.v1.VoicePromptH\x00\x12\x19\n\x11language_codec_id\x18\x07 \x01(\r\x12+\n\x08sampling\x18\x08 \x01(\x0b\x32\x19.tts.internal.v1.Sampling\x12#\n\ttext_mode\x18\t \x01(\x0e\x32\x10.tts.v1.TextMode\x12\x16\n\x0etext_token_ids\x18\n \x03(\r\x12\x18\n\x10is_text_complete\x18\x0b \x01(\x08\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0c \x01(\x04\x42\x07\n\x05voice\":\n\x04Text\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\"4\n\x03\x45nd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11num_text_messages\x18\x02 \x01(\r\"w\n\x03\x41\x63k\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttalker_id\x18\x02 \x01(\t\x12\x12\n\nvocoder_id\x18\x03 \x01(\t\x12\x19\n\x11num_prompt_tokens\x18\x04 \x01(\r\x12\x1a\n\x12num_requests_ahead\x18\x05 \x01(\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,23 +34,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.tts.internal.v1.talk
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLING']._serialized_start=122
-  _globals['_SAMPLING']._serialized_end=374
-  _globals['_SPEAKERVOICE']._serialized_start=376
-  _globals['_SPEAKERVOICE']._serialized_end=466
-  _globals['_DESIGNVOICE']._serialized_start=468
-  _globals['_DESIGNVOICE']._serialized_end=509
-  _globals['_VOICEPROMPT']._serialized_start=512
-  _globals['_VOICEPROMPT']._serialized_end=679
-  _globals['_ENCODEVOICE']._serialized_start=682
-  _globals['_ENCODEVOICE']._serialized_end=854
-  _globals['_VOICEENCODED']._serialized_start=856
-  _globals['_VOICEENCODED']._serialized_end=955
-  _globals['_START']._serialized_start=958
-  _globals['_START']._serialized_end=1357
-  _globals['_TEXT']._serialized_start=1359
-  _globals['_TEXT']._serialized_end=1417
-  _globals['_END']._serialized_start=1419
-  _globals['_END']._serialized_end=1471
-  _globals['_ACK']._serialized_start=1473
-  _globals['_ACK']._serialized_end=1592
+  _globals['_SAMPLING']._serialized_end=414
+  _globals['_SPEAKERVOICE']._serialized_start=416
+  _globals['_SPEAKERVOICE']._serialized_end=506
+  _globals['_DESIGNVOICE']._serialized_start=508
+  _globals['_DESIGNVOICE']._serialized_end=549
+  _globals['_VOICEPROMPT']._serialized_start=552
+  _globals['_VOICEPROMPT']._serialized_end=719
+  _globals['_ENCODEVOICE']._serialized_start=722
+  _globals['_ENCODEVOICE']._serialized_end=894
+  _globals['_VOICEENCODED']._serialized_start=896
+  _globals['_VOICEENCODED']._serialized_end=995
+  _globals['_START']._serialized_start=998
+  _globals['_START']._serialized_end=1397
+  _globals['_TEXT']._serialized_start=1399
+  _globals['_TEXT']._serialized_end=1457
+  _globals['_END']._serialized_start=1459
+  _globals['_END']._serialized_end=1511
+  _globals['_ACK']._serialized_start=1513
+  _globals['_ACK']._serialized_end=1632
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,27 @@
+"""The end-to-end load generator runs against a real local stack (tiny, CPU) and every stream has the
+fixed length it asked for (min_frames = max_frames keeps end of speech from being sampled)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path):
+    out = tmp_path / "e2e.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [row["concurrency"] for row in result["levels"]] == [1, 2]
+    for row in result["levels"]:
+        assert row["num_streams"] == 2 * row["concurrency"]
+        assert {r["frames"] for r in row["raw"]} == {result["frames_per_utterance"]}
+        assert all(abs(r["audio_s"] - result["frames_per_utterance"] / 12.5) < 1e-6 for r in row["raw"])
+        assert row["ttfa_ms_p50"] > 0 and row["audio_s_per_s"] > 0
