@@ -17,13 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 class Child:
     """One service process; its output goes to `<work_dir>/<name>.log`."""
 
-    def __init__(self, name: str, module: str, args: list[str], work_dir: Path) -> None:
+    def __init__(self, name: str, module: str, args: list[str], work_dir: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
         self.ready_file = work_dir / f"{name}.ready.json"
         self.ready_file.unlink(missing_ok=True)
         self.log_path = work_dir / f"{name}.log"
         self.log = open(self.log_path, "wb")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         command = [sys.executable, "-m", module, "--ready-file", str(self.ready_file), *args]
         logger.info("starting %s: %s", name, " ".join(command))

@@ -3,6 +3,9 @@
 One thread owns the engine and every ZeroMQ socket: the ROUTER gateways connect to, and one
 DEALER per vocoder. Each step's frames are sent as one FRAMES message per vocoder. gRPC admin
 calls reach the loop through `AdminJobs`.
+
+This module owns the sockets, the loop and request ending; `intake` handles gateway requests,
+`emit` routes a step's outputs, `housekeeping` runs the timers, `summary` builds summaries.
 """
 from __future__ import annotations
 
@@ -10,36 +13,30 @@ import logging
 import threading
 import time
 
-import numpy as np
 import zmq
 
 from protos import wire
-from protos.tts.internal.v1 import common_pb2, talker_pb2, vocoder_pb2
-from protos.tts.v1 import tts_pb2
-from talker_service.engine import FINISH_CONTEXT, FINISH_EOS, EngineError, ErrorOut, FramesOut, TalkerEngine
+from protos.tts.internal.v1 import common_pb2, talker_pb2
+from talker_service.engine import EngineError, ErrorOut, FramesOut, TalkerEngine
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
+from talker_service.server.emit import emit_outputs
 from talker_service.server.gateways import GatewayPeers
+from talker_service.server.housekeeping import HELLO_INTERVAL_S, run_housekeeping
 from talker_service.server.intake import GatewayIntake
 from talker_service.server.outbox import Outbox
 from talker_service.server.routes import Route
 from talker_service.server.start import StartReader
 from talker_service.server.stats import talker_stats
+from talker_service.server.summary import FINISH_REASONS, summary_of
 from talker_service.server.vocoders import VocoderLink, VocoderLinks
 from talker_service.server.voice_jobs import VoiceEncoding
 
+# HELLO_INTERVAL_S, FINISH_REASONS and summary_of moved to sibling modules; re-exported because
+# admin.py (and anything older) imports them from here.
+__all__ = ["FINISH_REASONS", "HELLO_INTERVAL_S", "TalkerServer", "summary_of"]
+
 logger = logging.getLogger(__name__)
-
-HELLO_INTERVAL_S = 0.1
-FINISH_REASONS = {FINISH_EOS: tts_pb2.FINISH_REASON_END_OF_SPEECH, FINISH_CONTEXT: tts_pb2.FINISH_REASON_MAX_CONTEXT}
-
-
-def summary_of(out: FramesOut) -> vocoder_pb2.GenerationSummary:
-    return vocoder_pb2.GenerationSummary(
-        finish_reason=FINISH_REASONS.get(out.finish_reason, tts_pb2.FINISH_REASON_MAX_FRAMES),
-        num_frames=out.first_frame_index + out.codes.shape[0], num_prompt_tokens=out.num_prompt_tokens,
-        num_text_tokens=out.num_text_tokens, queue_ms=out.queue_ms, prefill_ms=out.prefill_ms,
-        first_frame_ms=out.first_frame_ms, total_ms=out.total_ms)
 
 
 class TalkerServer:
@@ -183,43 +180,7 @@ class TalkerServer:
 
     # ---- emit ------------------------------------------------------------------------------------
     def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
-        batches: dict[int, tuple[VocoderLink, list, list, list[Route]]] = {}
-        for out in outs:
-            route = self.routes.get(out.request_id)
-            if route is None:
-                continue
-            if isinstance(out, ErrorOut):
-                self.end_route(route, out.code, out.message)
-            elif route.sink is not None:
-                route.sink.put(out)
-                if out.is_final:
-                    self.routes.pop(out.request_id, None)
-            else:
-                link, entries, codes, routes = batches.setdefault(id(route.vocoder), (route.vocoder, [], [], []))
-                entry = vocoder_pb2.FramesEntry(request_id=out.request_id, seq=out.seq, is_final=out.is_final)
-                rows = out.codes
-                if out.seq == 0:
-                    entry.reply_to = route.reply_to
-                    if route.context_codes is not None:   # the decoder's left context, not emitted as audio
-                        entry.num_context_frames = route.context_codes.shape[0]
-                        rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
-                if out.is_final:
-                    entry.summary.CopyFrom(summary_of(out))
-                    self.forget(route)
-                entries.append(entry)
-                codes.append(rows)
-                routes.append(route)
-        for link, entries, codes, routes in batches.values():
-            try:
-                self.outbox.frames_to_vocoder(link, entries, codes)
-            except zmq.ZMQError as exc:
-                why = f"did not accept frames ({exc})"
-                link.last_heartbeat_s = None   # unhealthy until it heartbeats again: new requests go elsewhere
-                for route in routes:   # some of them just finished: their routes are gone already
-                    self.engine.fail(route.request_id, "UNAVAILABLE", why)
-                    self.end_route(route, "UNAVAILABLE", f"request {route.request_id!r}: vocoder {link.name} {why}",
-                                   notify_vocoder=False)
-                self.fail_vocoder(link, why)
+        emit_outputs(self, outs)
 
     # ---- ending requests -------------------------------------------------------------------------
     def forget(self, route: Route) -> None:
@@ -268,27 +229,7 @@ class TalkerServer:
                                      is_draining=self.stop_requested.is_set())
 
     def housekeeping(self) -> None:
-        now_s = time.monotonic()
-        self.vocoders.refresh()   # DNS answer moved: connect new vocoders; close retired ones without streams
-        for link in self.vocoders.expire(now_s):
-            self.fail_vocoder(link, "went silent")
-        for rid in [rid for rid, r in self.routes.items() if r.deadline_s is not None and now_s > r.deadline_s]:
-            self.fail_request(rid, "DEADLINE_EXCEEDED", f"request {rid!r}: deadline passed")
-        if now_s < self.next_heartbeat_s:
-            for link in self.vocoders.links:   # not heard from yet: say hello often so it learns us fast
-                if link.last_heartbeat_s is None and now_s - link.last_hello_s > HELLO_INTERVAL_S:
-                    link.last_hello_s = now_s
-                    self.outbox.heartbeat_to_vocoder(link, self.heartbeat())
-            return
-        self.next_heartbeat_s = now_s + self.config.heartbeat_interval_ms / 1e3
-        for peer in self.gateways.expire(now_s):
-            for rid in sorted(peer.requests):
-                self.abort_request(rid, "CANCELLED", f"gateway {peer.peer_id} gone")
-        beat = self.heartbeat()
-        for identity in list(self.gateways.peers):
-            self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, beat)
-        for link in self.vocoders.links:
-            self.outbox.heartbeat_to_vocoder(link, beat)
+        run_housekeeping(self)
 
     def stats(self, reset: bool = False):
         return talker_stats(self, reset)

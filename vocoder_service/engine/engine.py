@@ -3,68 +3,34 @@
 The ZeroMQ server and the tests drive it the same way: `open` / `add_frames` / `abort`, then
 `step()` which decodes one round of ready chunks and returns what must be sent (PCM chunks and
 errors). `expire()` fails requests whose talker went silent (no message of any kind). All methods run on one thread.
+
+This module is the engine's state machine; its parts live beside it: `outputs` (what it returns
+and raises), `codes` (frame validation), `liveness` (talker silence), `gather` (batch inputs).
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
+from vocoder_service.engine.codes import NUM_CODE_GROUPS, validate_codes
 from vocoder_service.engine.config import VocoderEngineConfig
+from vocoder_service.engine.gather import gather_batch
+from vocoder_service.engine.liveness import silent_streams
+from vocoder_service.engine.outputs import ChunkTiming, EngineError, ErrorOut, PcmOut
 from vocoder_service.engine.slots import SlotPool, SlotPoolFull
 from vocoder_service.engine.stream_state import StreamState
 from vocoder_service.runner_stats import HostTimes
 
+# The output types and NUM_CODE_GROUPS live in sibling modules; re-exported because the server,
+# tests and benchmarks import them from here.
+__all__ = ["NUM_CODE_GROUPS", "ChunkTiming", "EngineError", "ErrorOut", "PcmOut", "VocoderEngine"]
+
 logger = logging.getLogger(__name__)
-
-NUM_CODE_GROUPS = 16
-
-
-class EngineError(Exception):
-    """A request-level failure with a gRPC-style status name (INVALID_ARGUMENT, RESOURCE_EXHAUSTED...)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class ChunkTiming:
-    """Where one chunk's time went; times are on the engine clock (seconds)."""
-
-    oldest_frame_s: float    # arrival of the chunk's oldest frame (chunk latency starts here)
-    newest_frame_s: float    # the request's latest frames arrival before the decode
-    decode_start_s: float
-    decode_ms: float         # wall time of the batched runner call (perf_counter)
-    batch_size: int          # real rows of that call
-    is_graph: bool           # the runner replayed a captured CUDA graph
-
-
-@dataclass
-class PcmOut:
-    request_id: str
-    reply_to: str | None
-    seq: int
-    sample_offset: int
-    pcm: np.ndarray          # [n] float32 at sample_rate_hz
-    is_final: bool
-    num_frames: int = 0
-    timing: ChunkTiming | None = None   # None for an empty closing chunk
-
-
-@dataclass
-class ErrorOut:
-    request_id: str
-    reply_to: str | None
-    talker_id: str | None
-    code: str
-    message: str
 
 
 class VocoderEngine:
@@ -120,7 +86,7 @@ class VocoderEngine:
             raise EngineError("DATA_LOSS", f"request {request_id!r}: frames seq {seq} out of order, expected {stream.next_seq}")
         if stream.ended:
             raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: frames after the final frames")
-        codes = self._validate_codes(request_id, codes)
+        codes = validate_codes(request_id, codes, self.runner.codebook_size)
         num_context = len(codes) if is_context else num_context_frames
         if not 0 <= num_context <= len(codes):
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: num_context_frames {num_context} not in [0, {len(codes)}]")
@@ -170,17 +136,9 @@ class VocoderEngine:
         `talker_last_heard_s(request_id)` gives when that request's talker was last heard from
         (engine clock), or None when unknown; then only the request's own frames count.
         """
-        now, out = self.clock(), []
-        for stream in list(self.streams.values()):
-            if stream.ended:
-                continue
-            heard_s = talker_last_heard_s(stream.request_id) if talker_last_heard_s is not None else None
-            last_s = stream.last_activity_s if heard_s is None else max(heard_s, stream.last_activity_s)
-            if now - last_s > self.config.talker_timeout_s:
-                out.append(self._fail(stream, "UNAVAILABLE", f"request {stream.request_id!r}: talker sent nothing "
-                                      f"(no frames, no heartbeats) for {now - last_s:.1f} s, over the "
-                                      f"{self.config.talker_timeout_s:.1f} s timeout (talker {stream.talker_id})"))
-        return out
+        silent = silent_streams(list(self.streams.values()), self.clock(), self.config.talker_timeout_s,
+                                talker_last_heard_s)
+        return [self._fail(stream, "UNAVAILABLE", why) for stream, why in silent]
 
     # ---- scheduling and decode ---------------------------------------------------------------
     def ready_rows(self) -> list[ReadyRow]:
@@ -226,20 +184,7 @@ class VocoderEngine:
         clock = time.perf_counter
         gather_started = clock()
         t, spf = batch.frames_bucket, self.config.samples_per_frame
-        codes = np.zeros((batch.batch_size, NUM_CODE_GROUPS, t), dtype=np.int64)
-        lengths = np.zeros(batch.batch_size, dtype=np.int64)
-        slots = np.zeros(batch.batch_size, dtype=np.int64)
-        arrivals: list[tuple[float, float]] = []
-        for i, row in enumerate(batch.rows):
-            stream = self.streams[row.request_id]
-            arrivals.append((stream.oldest_pending_s or stream.last_activity_s, stream.last_activity_s))
-            if row.emit:
-                stream.take_into(codes[i, :, : row.num_frames], "pending", "num_pending")
-                stream.oldest_pending_s = self.clock() if stream.num_pending else None
-            else:
-                stream.take_into(codes[i, :, : row.num_frames], "context", "num_context_pending")
-            lengths[i] = row.num_frames
-            slots[i] = stream.slot
+        codes, slots, lengths, arrivals = gather_batch(batch, self.streams, self.clock)
         decode_start_s, started = self.clock(), clock()
         self.host_times.add("gather", started - gather_started)
         try:
@@ -279,17 +224,6 @@ class VocoderEngine:
         return chunk
 
     # ---- helpers -------------------------------------------------------------------------------
-    def _validate_codes(self, request_id: str, codes: np.ndarray) -> np.ndarray:
-        codes = np.asarray(codes)
-        if codes.ndim != 2 or codes.shape[1] != NUM_CODE_GROUPS:
-            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be [n, {NUM_CODE_GROUPS}], got shape {list(codes.shape)}")
-        if codes.dtype.kind not in "iu":
-            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: frames must be integers, got {codes.dtype}")
-        # One pass on the hot path (a message per frame): negatives wrap to huge values as uint64.
-        if codes.size and bool((codes.astype(np.uint64, copy=False) >= self.runner.codebook_size).any()):
-            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: codes must lie in [0, {self.runner.codebook_size}), got [{codes.min()}, {codes.max()}]")
-        return codes.astype(np.int64, copy=False)
-
     def _fail(self, stream: StreamState, code: str, message: str) -> ErrorOut:
         logger.warning("request %s failed (%s): %s", stream.request_id, code, message)
         self._release(stream)

@@ -1,0 +1,115 @@
+"""Compose files run on one host without Docker (launcher.compose_plan / compose_run): the plan keeps
+every command and environment that the real docker-compose resolves, changing only what a container
+engine would provide; a real run of the multi-GPU file (tiny, CPU) serves audio through both
+vocoder replicas and stops cleanly on SIGTERM."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from launcher.compose_plan import ROLE_MODULES, load_plan, substitute
+from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
+from test_deploy_support import COMPOSE_FILES, REPO, compose_config, parse_flags
+
+pytestmark = pytest.mark.timeout(240)
+ENV = {"QWEN3_TTS_MODEL": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "QWEN3_TTS_VOCODER_GPU": "3", "HF_TOKEN": "t0k"}
+REWRITTEN = {"--bind", "--vocoders", "--talkers", "--audio-bind", "--audio-advertise", "--voices-dir", "--grpc-host"}
+
+
+def test_substitution_follows_compose_rules():
+    env = {"SET": "x", "EMPTY": ""}
+    assert substitute("${SET} ${SET:-d} ${EMPTY:-d} ${EMPTY-d} ${MISSING-d} ${MISSING}", env) == "x x d  d "
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSE_FILES))
+def test_plan_keeps_what_docker_compose_resolves(name, tmp_path):
+    resolved = compose_config(name, ENV)["services"]
+    plan = load_plan(COMPOSE_FILES[name], tmp_path, environ=ENV)
+    assert {r.service for r in plan.replicas} == set(resolved)
+    for replica in plan.replicas:
+        service = resolved[replica.service]
+        role, *compose_args = service["command"]
+        assert (replica.role, replica.module) == (role, ROLE_MODULES[role])
+        ours, theirs = parse_flags(replica.args), parse_flags(compose_args)
+        assert {k: v for k, v in ours.items() if k not in REWRITTEN} == \
+               {k: v for k, v in theirs.items() if k not in REWRITTEN}
+        assert ours["--grpc-host"] == replica.address
+        for key, value in (service.get("environment") or {}).items():
+            assert replica.env[key] == (value or "")
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+        assert replica.env.get("CUDA_VISIBLE_DEVICES") == (",".join(devices[0]["device_ids"]) if devices else None)
+    started = [r.service for r in plan.replicas]
+    assert started.index("vocoder") < started.index("talker") < started.index("gateway")
+
+
+def test_multi_gpu_plan_gives_each_replica_an_address_and_lists_them_as_peers(tmp_path):
+    plan = load_plan(COMPOSE_FILES["multi"], tmp_path, environ=ENV, flag_overrides={"device": "cpu"})
+    vocoders, (talker,), (gateway,) = plan.of("vocoder"), plan.of("talker"), plan.of("gateway")
+    assert len(vocoders) == 2 and len({v.address for v in vocoders}) == 2
+    assert {v.env["CUDA_VISIBLE_DEVICES"] for v in vocoders} == {"3"} and talker.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_VISIBLE_DEVICES" not in gateway.env
+    for v in vocoders:
+        assert parse_flags(v.args)["--bind"] == f"tcp://{v.address}:5701"
+        assert v.health_target == f"{v.address}:5711" and parse_flags(v.args)["--device"] == "cpu"
+    assert parse_flags(talker.args)["--vocoders"] == ",".join(f"tcp://{v.address}:5701" for v in vocoders)
+    flags = parse_flags(gateway.args)
+    assert flags["--talkers"] == f"tcp://{talker.address}:5601"
+    assert flags["--audio-advertise"] == flags["--audio-bind"] == f"tcp://{gateway.address}:5801"
+    assert flags["--voices-dir"] == str(tmp_path / "volumes" / "voices")
+    assert "--device" not in flags   # an override never adds a flag a command lacks
+    assert gateway.health_target == f"{gateway.address}:50051" and gateway.stop_grace_s == 30.0
+
+
+def _finished(target: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        return admin_pb2_grpc.VocoderAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=5) \
+            .requests.num_finished
+
+
+def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
+    from client import TtsClient, make_config
+    from protos.tts.v1 import config_pb2
+
+    ready = tmp_path / "ready.json"
+    env = dict(os.environ, QWEN3_TTS_MODEL="tiny", QWEN3_TTS_VOCODER_CPU_THREADS="1", QWEN3_TTS_TALKER_CPU_THREADS="1",
+               PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.compose_run", str(COMPOSE_FILES["multi"]), "--set",
+                             "device=cpu", "--work-dir", str(tmp_path / "work"), "--ready-file", str(ready),
+                             "--health-timeout-s", "150"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 160
+        while not ready.exists():
+            assert proc.poll() is None, proc.stdout.read()[-4000:]
+            assert time.monotonic() < deadline, "compose stack not ready in time"
+            time.sleep(0.2)
+        info = json.loads(ready.read_text())
+        vocoders = [v["health"] for name, v in info["replicas"].items() if name.startswith("vocoder")]
+        assert len(vocoders) == 2
+
+        async def synthesize_many():
+            cfg = make_config("vivian", language="english", encoding=config_pb2.AUDIO_ENCODING_FLOAT32, seed=1,
+                              max_frames=6, min_frames=6)
+            async with TtsClient(info["grpc_target"]) as client:
+                replies = await asyncio.gather(*(client.synthesize(f"Hello number {i}.", cfg, timeout_s=60)
+                                                 for i in range(6)))
+            return replies
+
+        replies = asyncio.run(asyncio.wait_for(synthesize_many(), 90))
+        assert all(r.summary.num_frames == 6 and len(r.audio) > 0 for r in replies)
+        per_vocoder = [_finished(v) for v in vocoders]
+        assert sum(per_vocoder) == 6 and min(per_vocoder) >= 1, per_vocoder   # least-loaded spreads them
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
