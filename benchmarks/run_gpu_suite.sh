@@ -1,17 +1,75 @@
 #!/usr/bin/env bash
-# One device call runs every GPU benchmark of the foundation + talker-model issues; results land in
-# $OUT (the device tool copies them back). Usage on the device machine, from the repo root:
-#   bash benchmarks/run_gpu_suite.sh [snake|decoder|talker ...]
+# Every GPU benchmark of the project in one device call; results land in $OUT (the device tool
+# copies them back). Run from the repo root on the GPU machine:
+#   bash benchmarks/run_gpu_suite.sh [snake decoder talker vocoder-service talker-service e2e e2e-2gpu]
+# (default: all but e2e-2gpu, which needs two GPUs). Pieces:
+#   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
+#   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
+#   talker-service           talker decode step through the service runner's graphs, batch 1..256
+#   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
+#                            vocoders GPU 1), e2e at concurrency 64 and 256
+# Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
+# put them in .whl/ and carry it; they are installed from there without reaching any index.
+# The e2e pieces write a full-size random checkpoint (1.7B CustomVoice, about 4 GB) once.
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
-which=${*:-snake decoder talker}
+CKPT=${QWEN3_TTS_BENCH_CKPT:-/tmp/qwen3-tts-1b7-random}
+which=${*:-snake decoder talker vocoder-service talker-service e2e}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+install_wheels() {
+  [ -d .whl ] && python3 -m pip install -q --no-index --find-links .whl .whl/*.whl 2>&1 | tail -3
+}
+
+random_checkpoint() {
+  [ -f "$CKPT/config.json" ] || python3 -m checkpoint.tiny --type custom_voice --size 1b7 --out "$CKPT"
+}
+
+wait_ready() {   # file, pid, seconds
+  for _ in $(seq 1 $(( $3 * 5 ))); do
+    [ -f "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
+e2e_two_gpus() {
+  local ready=/tmp/compose-ready.json work=/tmp/compose-work
+  rm -f "$ready"
+  QWEN3_TTS_MODEL=$CKPT python3 -m launcher.compose_run deploy/compose/multi-gpu.yml --work-dir "$work" \
+    --ready-file "$ready" --health-timeout-s 900 > "$OUT/e2e-2gpu-stack.log" 2>&1 &
+  local pid=$!
+  if wait_ready "$ready" "$pid" 900; then
+    local target
+    target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_target"])' "$ready")
+    python3 benchmarks/bench_e2e.py --target "$target" --concurrency 64,256 --out "$OUT/e2e-2gpu.json" 2>&1 \
+      | tee "$OUT/e2e-2gpu.log"
+  else
+    echo "compose stack did not start; see $OUT/e2e-2gpu-stack.log" | tee "$OUT/e2e-2gpu.log"
+  fi
+  kill -TERM "$pid" 2>/dev/null; wait "$pid"
+  cp "$work"/*.log "$OUT/" 2>/dev/null
+}
+
 for w in $which; do
   case $w in
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
     talker)  python3 benchmarks/bench_talker.py --out "$OUT/talker.json" 2>&1 | tee "$OUT/talker.log" ;;
+    vocoder-service)
+      python3 benchmarks/bench_vocoder_service.py --modes eager,graphs,graphs+compile --streams 1,4,16,64,128 \
+        --out "$OUT/vocoder-service.json" 2>&1 | tee "$OUT/vocoder-service.log" ;;
+    talker-service)
+      python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
+        | tee "$OUT/talker-service.log" ;;
+    e2e)
+      install_wheels; random_checkpoint
+      python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency 1,4,16,64,128,256 \
+        --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
+    e2e-2gpu) install_wheels; random_checkpoint; e2e_two_gpus ;;
     *) echo "unknown benchmark $w" ;;
   esac
 done

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time

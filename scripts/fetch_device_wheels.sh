@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Wheels the GPU benchmark machine's image lacks for running the services (it has torch, triton,
+# transformers, safetensors, numpy, grpcio, protobuf, but nothing can be installed from an index
+# there). Downloads them into .whl/ (git-ignored; carry it with the device call), for the image's
+# CPython 3.12 on x86_64. benchmarks/run_gpu_suite.sh installs them from there with --no-index.
+# Only what the benchmark paths import: librosa (speed change, voice cloning) is left out on purpose.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl
+PY=${PYTHON:-python3}
+common=(--only-binary=:all: --no-deps --dest .whl --python-version 3.12 --implementation cp
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+        --platform any)
+"$PY" -m pip download "${common[@]}" \
+  "pyzmq==27.3.0" "grpcio==1.85.1" "grpcio-health-checking==1.85.1" "grpcio-reflection==1.85.1" \
+  "protobuf==7.35.1" "soundfile>=0.12" "cffi>=1.17" "pycparser" "soxr>=0.3" "prometheus_client>=0.20" \
+  "pytest-timeout==2.4.0"
+du -sh .whl && ls .whl
