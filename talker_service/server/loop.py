@@ -4,8 +4,8 @@ One thread owns the engine and every ZeroMQ socket: the ROUTER gateways connect 
 DEALER per vocoder. Each step's frames are sent as one FRAMES message per vocoder. gRPC admin
 calls reach the loop through `AdminJobs`.
 
-This module owns the sockets, the loop and request ending; `intake` handles gateway requests,
-`emit` routes a step's outputs, `housekeeping` runs the timers, `summary` builds summaries.
+This module owns the sockets, the loop and request ending; beside it `intake` handles gateway
+requests, `emit` routes each step's outputs, `housekeeping` runs the timers.
 """
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ from talker_service.server.summary import FINISH_REASONS, summary_of
 from talker_service.server.vocoders import VocoderLink, VocoderLinks
 from talker_service.server.voice_jobs import VoiceEncoding
 
-# HELLO_INTERVAL_S, FINISH_REASONS and summary_of moved to sibling modules; re-exported because
-# admin.py (and anything older) imports them from here.
+# HELLO_INTERVAL_S, FINISH_REASONS, summary_of moved out; re-exported as admin.py imports from here.
 __all__ = ["FINISH_REASONS", "HELLO_INTERVAL_S", "TalkerServer", "summary_of"]
 
 logger = logging.getLogger(__name__)
