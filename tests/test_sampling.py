@@ -248,3 +248,16 @@ def test_slot_table_gathers_rows_and_records_history():
     assert not table.history[2].any()  # a new request starts without history
     with pytest.raises(ValueError, match="slot 4 out of range"):
         table.assign(4, SamplingParams())
+
+
+def test_batched_group_keys_and_token_hash_table_give_the_same_noise():
+    from talker_service.model.noise import group_keys, row_keys, token_hashes, uniform_for_tokens
+
+    seeds = torch.tensor([0, 1, 2**62 + 12345, 2**63 - 1, 987654321])
+    steps = torch.tensor([0, 5, 1999, 7, 2**31 + 3])
+    keys = group_keys(seeds, steps, 1, 15)
+    assert keys.shape == (5, 15)
+    assert torch.equal(keys, torch.stack([row_keys(seeds, steps, g) for g in range(1, 16)], dim=1))
+    token_ids = torch.randint(0, 2048, (5, 64), generator=torch.Generator().manual_seed(0))
+    table = token_hashes(2048, "cpu")
+    assert torch.equal(uniform_for_tokens(keys[:, 3], token_ids, table), uniform_for_tokens(keys[:, 3], token_ids))

@@ -31,20 +31,45 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 15)
 
 
-def row_keys(seeds: torch.Tensor, steps: torch.Tensor, group: int) -> torch.Tensor:
-    """int64 [bs] key per row from a non-negative 63-bit seed, the frame index and the group."""
+def _frame_key(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """int64 [bs]: the part of every group's key that depends on (seed, frame index) only."""
     key = mix32(seeds & _MASK32)
     key = mix32(key ^ ((seeds >> 32) & _MASK32))
-    key = mix32(key ^ (steps & _MASK32))
-    return mix32(key ^ ((group * 0x9E3779B1 + _GROUP_SALT) & _MASK32))
+    return mix32(key ^ (steps & _MASK32))
 
 
-def uniform_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """float32 [bs, K] in (0, 1): keys [bs] int64, token_ids [bs, K] int64 (vocabulary ids)."""
-    bits = mix32(keys[:, None] ^ mix32((token_ids + _TOKEN_SALT) & _MASK32))
+def _group_salt(group):
+    # int or int64 tensor alike; group * multiplier stays far below 2**63
+    return (group * 0x9E3779B1 + _GROUP_SALT) & _MASK32
+
+
+def row_keys(seeds: torch.Tensor, steps: torch.Tensor, group: int) -> torch.Tensor:
+    """int64 [bs] key per row from a non-negative 63-bit seed, the frame index and the group."""
+    return mix32(_frame_key(seeds, steps) ^ _group_salt(group))
+
+
+def group_keys(seeds: torch.Tensor, steps: torch.Tensor, first_group: int, num_groups: int) -> torch.Tensor:
+    """int64 [bs, num_groups]: row_keys for groups first_group.. in one pass. The code predictor
+    draws 15 groups per frame; keying them together launches one hash chain instead of 15 (the
+    decode step is launch-bound at small batches). Equal to row_keys group by group."""
+    groups = torch.arange(first_group, first_group + num_groups, dtype=torch.int64, device=seeds.device)
+    return mix32(_frame_key(seeds, steps)[:, None] ^ _group_salt(groups)[None, :])
+
+
+def token_hashes(vocab_size: int, device) -> torch.Tensor:
+    """int64 [vocab_size]: the token half of the noise hash, a constant per token id. Precomputed
+    once (outside any graph capture) and gathered per draw instead of hashed again."""
+    return mix32((torch.arange(vocab_size, dtype=torch.int64, device=device) + _TOKEN_SALT) & _MASK32)
+
+
+def uniform_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor, hashes: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 [bs, K] in (0, 1): keys [bs] int64, token_ids [bs, K] int64 (vocabulary ids);
+    `hashes` = token_hashes(vocab) gives the same values with fewer launches."""
+    token_part = mix32((token_ids + _TOKEN_SALT) & _MASK32) if hashes is None else hashes[token_ids]
+    bits = mix32(keys[:, None] ^ token_part)
     return ((bits >> (32 - _UNIFORM_BITS)).to(torch.float32) + 0.5) * (1.0 / (1 << _UNIFORM_BITS))
 
 
-def gumbel_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+def gumbel_for_tokens(keys: torch.Tensor, token_ids: torch.Tensor, hashes: torch.Tensor | None = None) -> torch.Tensor:
     """Gumbel(0, 1) noise [bs, K]: argmax(logits + noise) samples softmax(logits)."""
-    return -torch.log(-torch.log(uniform_for_tokens(keys, token_ids)))
+    return -torch.log(-torch.log(uniform_for_tokens(keys, token_ids, hashes)))

@@ -14,7 +14,8 @@ from torch import nn
 from talker_service.model.config import CodePredictorConfig
 from talker_service.model.kv_cache import FrameKVCache, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
-from talker_service.model.sampling import RowSampling, choose_tokens
+from talker_service.model.noise import group_keys, token_hashes
+from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
 
 class PredictorStack(DecoderStack):
@@ -40,12 +41,14 @@ class CodePredictor(nn.Module):
         else:  # no tensors in the checkpoint (0.6B)
             self.small_to_mtp_projection = nn.Identity()
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._token_hashes: torch.Tensor | None = None
 
     def init_runtime(self) -> None:
         """Build derived tables on the module's device/dtype (call after loading weights)."""
         weight = self.lm_head[0].weight
         self._rope = rope_tables(self.config.head_dim, self.config.rope_theta, self.config.num_code_groups,
                                  weight.dtype, weight.device)
+        self._token_hashes = token_hashes(self.lm_head[0].weight.shape[0], weight.device)
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
                       seeds: torch.Tensor, steps: torch.Tensor, candidate_k: int | None = None,
@@ -64,6 +67,7 @@ class CodePredictor(nn.Module):
                              dtype, past_hidden.device)
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
         mask = causal_mask(0, 2, x.device)
+        keys = group_keys(seeds, steps, 1, cfg.num_code_groups - 1)  # [bs, 15]: one hash chain for all groups
         codes, all_logits = [], []
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group
@@ -73,7 +77,7 @@ class CodePredictor(nn.Module):
             sin = sin_table[start:start + length].expand(bs, length, -1)
             hidden = self.model.run(x, cos, sin, cache, mask)[:, -1]  # [bs, Hp]
             logits = self.lm_head[group - 1](hidden).float()  # [bs, vocab]
-            code = choose_tokens(logits, rows, seeds, steps, group, candidate_k)
+            code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
             codes.append(code)
             if return_logits:
                 all_logits.append(logits)

@@ -152,10 +152,17 @@ def choose_tokens(logits: torch.Tensor, rows: RowSampling, seeds: torch.Tensor, 
     logits [bs, V] float32 after `penalize_and_mask` (codebook 0) or raw (residual groups);
     seeds/steps [bs] int64; group = codebook index (0..15), part of the noise key.
     """
+    return choose_tokens_keyed(logits, rows, row_keys(seeds, steps, group), candidate_k)
+
+
+def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Tensor, candidate_k: int | None = None,
+                        hashes: torch.Tensor | None = None) -> torch.Tensor:
+    """choose_tokens with the rows' noise keys [bs] precomputed (noise.group_keys) and optionally
+    the vocabulary's token hashes (noise.token_hashes): same tokens, fewer launches."""
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
     values, token_ids = _candidates(logits, rows, candidate_k)
-    noise = gumbel_for_tokens(row_keys(seeds, steps, group), token_ids)
+    noise = gumbel_for_tokens(keys, token_ids, hashes)
     pick = (values + noise).argmax(dim=-1, keepdim=True)
     sampled = token_ids.gather(1, pick)[:, 0]
     return torch.where(rows.do_sample, sampled, greedy)
