@@ -6,7 +6,10 @@ on the H200 one graph replay at batch 1 took 19.6 ms for ~8000 launches, about 2
 number of launches does not need a GPU to be known: the step runs here on the `meta` device (shapes
 only, no memory, no math) under a dispatch-mode counter that sees every ATen op the step issues.
 Ops that only make views or read metadata launch nothing and are listed apart; a custom op (our
-Triton kernels) counts as one launch, as it is on the GPU.
+Triton kernels) counts as one launch, as it is on the GPU. Attention is the one place where the
+meta device and CUDA part ways: off CUDA, SDPA runs as its math decomposition (casts, two bmm,
+softmax: ~11 ops), on CUDA as one fused kernel (memory-efficient backend; flash refuses masks).
+So each SDPA call is counted once, as `sdpa`, and its decomposition is not counted.
 
     python benchmarks/count_talker_launches.py [--size 1b7] [--batch 1] [--candidate-k 64] [--out f.json]
 """
@@ -19,6 +22,8 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +49,30 @@ class OpCounter(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.counts: collections.Counter = collections.Counter()
+        self.paused = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
+        if not self.paused:
+            self.counts[str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
+
+
+class FusedAttentionCounter(TorchFunctionMode):
+    """Counts each scaled_dot_product_attention call as one launch and hides its decomposition."""
+
+    def __init__(self, ops: OpCounter):
+        super().__init__()
+        self.ops = ops
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **(kwargs or {}))
+        self.ops.counts["sdpa"] += 1
+        self.ops.paused = True
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.ops.paused = False
 
 
 def build(size: str, batch: int, context_len: int, candidate_k: int | None) -> tuple[FrameDecoder, dict]:
@@ -67,7 +92,8 @@ def build(size: str, batch: int, context_len: int, candidate_k: int | None) -> t
 
 def count(size: str = "1b7", batch: int = 1, context_len: int = 256, candidate_k: int | None = 64) -> dict:
     decoder, inputs = build(size, batch, context_len, candidate_k)
-    with torch.no_grad(), OpCounter() as counter:
+    counter = OpCounter()
+    with torch.no_grad(), counter, FusedAttentionCounter(counter):
         decoder.decode(**inputs)
     launching = {op: n for op, n in counter.counts.items() if op not in NO_LAUNCH}
     return {"size": size, "batch": batch, "context_len": context_len, "candidate_k": candidate_k,

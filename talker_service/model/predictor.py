@@ -49,6 +49,7 @@ class CodePredictor(nn.Module):
         self._rope = rope_tables(self.config.head_dim, self.config.rope_theta, self.config.num_code_groups,
                                  weight.dtype, weight.device)
         self._token_hashes = token_hashes(self.lm_head[0].weight.shape[0], weight.device)
+        self.model.fuse_projections()
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
                       seeds: torch.Tensor, steps: torch.Tensor, candidate_k: int | None = None,

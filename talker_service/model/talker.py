@@ -80,6 +80,7 @@ class TalkerModel(nn.Module):
                                  cfg.head_dim, self.dtype, self.device)
         self._rope = rope_tables(cfg.head_dim, cfg.rope_theta, max_seq_len, self.dtype, self.device)
         self.code_predictor.init_runtime()
+        self.model.fuse_projections()
         self._fuse_residual_tables()
 
     def _fuse_residual_tables(self) -> None:

@@ -1,0 +1,54 @@
+"""The talker frame step's kernel-launch budget (counted on the meta device, see
+benchmarks/count_talker_launches.py) and the fusions that keep it there: fused q/k/v and gate/up
+GEMMs give the same outputs as the separate projections and add no memory."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from talker_service.model.config import DecoderStackConfig
+from talker_service.model.layers import DecoderLayer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import count_talker_launches  # noqa: E402
+
+# 1.7B depth at batch 1: 8134 launches before the fusions of 2026-11-22, 3726 after (see
+# benchmarks/results/2026-11-22-talker-launches.md). The bound leaves a little room, no more.
+MAX_LAUNCHES_PER_FRAME = 3800
+
+
+def test_frame_step_stays_within_its_launch_budget():
+    report = count_talker_launches.count("1b7", batch=1, context_len=256, candidate_k=64)
+    assert report["launches_per_frame"] <= MAX_LAUNCHES_PER_FRAME, report["by_op"]
+    assert report["by_op"]["qwen3tts.rms_norm"] == 428   # every RMSNorm is one fused launch
+    assert report["by_op"]["sdpa"] == 28 + 15 * 5         # one attention per layer pass
+    assert report["by_op"]["aten.mm"] == 4 * (28 + 15 * 5) + 16   # qkv, o, gate_up, down + 16 heads
+
+
+class _KV:
+    def update(self, layer_idx, k, v):
+        return k, v
+
+
+def test_fused_projections_match_separate_ones_and_share_their_storage():
+    config = DecoderStackConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=16, vocab_size=32, num_code_groups=16, rms_norm_eps=1e-6,
+                                rope_theta=10000.0,
+                                attention_bias=False)
+    torch.manual_seed(0)
+    layer = DecoderLayer(config, 0).eval()
+    x = torch.randn(2, 3, 64)
+    cos, sin = torch.ones(2, 3, 16), torch.zeros(2, 3, 16)
+    with torch.no_grad():
+        separate = layer(x, cos, sin, _KV(), None)
+        layer.self_attn.fuse_projections()
+        layer.mlp.fuse_projections()
+        fused = layer(x, cos, sin, _KV(), None)
+    torch.testing.assert_close(fused, separate, rtol=1e-5, atol=1e-6)
+    qkv_weight, _ = layer.self_attn._qkv
+    gate_up_weight, _ = layer.mlp._gate_up
+    assert layer.self_attn.k_proj.weight.untyped_storage().data_ptr() == qkv_weight.untyped_storage().data_ptr()
+    assert layer.mlp.up_proj.weight.untyped_storage().data_ptr() == gate_up_weight.untyped_storage().data_ptr()
+    assert qkv_weight.shape == (4 * 16 + 2 * 2 * 16, 64) and gate_up_weight.shape == (2 * 96, 64)
