@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.qk_norm_rope import qk_norm_rope
 from kernels.rmsnorm import rms_norm
 from talker_service.model.config import DecoderStackConfig
 
@@ -43,15 +44,6 @@ def rope_tables(head_dim: int, theta: float, num_positions: int, dtype: torch.dt
     freqs = positions[:, None] * inv_freq[None, :]  # [P, head_dim/2]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, heads, L, D]; cos/sin [B, L, D]."""
-    cos = cos.unsqueeze(1)
-    sin = sin.unsqueeze(1)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -118,12 +110,12 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
         batch, length, _ = x.shape
         q, k, v = self._project(x)
-        # per-head QK-norm comes before RoPE (facts §8.4)
-        q = self.q_norm(q.view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(k.view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        # per-head QK-norm comes before RoPE (facts §8.4); both, for q and k, are one fused launch
+        # on the GPU (kernels/qk_norm_rope.py: the same ops as RMSNorm + apply_rope, same rounding)
+        q, k = qk_norm_rope(q.view(batch, length, self.num_heads, self.head_dim),
+                            k.view(batch, length, self.num_kv_heads, self.head_dim),
+                            self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
         v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
         k_all, v_all = kv.update(self.layer_idx, k, v)
         out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))

@@ -1,0 +1,239 @@
+"""Fused attention prologue in Triton: per-head RMSNorm of q and k, then NeoX RoPE, in ONE launch.
+
+Replaces ~24 small eager kernels per attention layer (pow, mean, add, rsqrt, mul, cast, mul by the
+weight, cat/neg/slices, four muls and two adds for the rotation, for q and for k).
+
+Grid: axis 0 = rows (b, l) of the [B, L] token grid, axis 1 = tiles of BLOCK_H heads, the q tiles
+first and then the k tiles, so each program is all-q or all-k (one scalar branch picks the tensor,
+weight and output) and no tile straddles the two. Why not one program per row looping over heads:
+at decode B * L is 1..64, so a per-row loop would run 24 heads one after the other on a handful of
+SMs; with heads spread over programs every program does exactly one load -> compute -> store round
+trip and the launch finishes in about one memory latency. When there are many rows the launcher
+folds several heads into one program (BLOCK_H > 1) so programs do not get tiny.
+
+Each program loads the low and the high half of its heads' rows as two [BLOCK_H, D/2] tiles: the
+NeoX rotation pairs element j with element j + D/2, so with the halves loaded apart the rotation is
+plain elementwise arithmetic (no gather, permute or second load).
+
+Rounding: PyTorch computes every bf16/fp16 elementwise op in fp32 and rounds once, so the kernel
+computes in fp32 and rounds at the same five points (normalized value, times weight, x * cos,
+rotated * sin, the sum). bf16 rounding is done with integer bit arithmetic (round to nearest even,
+as c10::BFloat16 does) instead of a cast because the Triton interpreter truncates fp32 -> bf16;
+one code path then gives the same bits on GPU and in the interpreter. fp16 rounds with a cast
+(correct in both). The launcher turns off FMA contraction (enable_fp_fusion=False) so that fp32
+products are rounded like the separate eager kernels round them. 1/sqrt uses tl.math.rsqrt: the
+libdevice rsqrtf that torch.rsqrt also uses on CUDA, and numpy's 1/sqrt in the interpreter, which is
+what torch.rsqrt computes on CPU. The sum of squares is a tree reduction whose order differs from
+PyTorch's, which can move the variance by one fp32 ulp (rarely visible after bf16 rounding).
+
+The module reads TRITON_INTERPRET when it is imported (triton.jit picks the interpreter at
+decoration time), so tests that want the CPU interpreter must set it before the first import.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MIN_HEAD_DIM = 16
+MAX_HEAD_DIM = 256
+MAX_BLOCK_H = 8
+_ROUND_MODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_MAX_GRID_Y = 65535  # CUDA limit on grid axis 1
+# No FMA contraction: eager PyTorch rounds every product before the add (and x * x before the sum).
+LAUNCH_OPTIONS = {"enable_fp_fusion": False}
+
+
+@triton.jit
+def _round(x, ROUND: tl.constexpr):
+    """Round fp32 values to the storage dtype and return them as fp32 (0: fp32, 1: bf16, 2: fp16)."""
+    if ROUND == 1:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000  # round to nearest even
+        return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))  # keep NaN a NaN
+    elif ROUND == 2:
+        return x.to(tl.float16).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
+def _norm_rope_heads(
+    x_row, w_ptr, o_row, cos_lo, cos_hi, sin_lo, sin_hi,
+    head0, num_heads, x_stride_h, o_stride_h, eps,
+    BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+):
+    heads = head0 + tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, HALF)
+    mask = (heads < num_heads)[:, None]  # [BLOCK_H, 1]
+    heads64 = heads.to(tl.int64)[:, None]
+
+    x_ptrs = x_row + heads64 * x_stride_h + cols[None, :]
+    x_lo = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H, HALF]
+    x_hi = tl.load(x_ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
+
+    var = (tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1)) / (2 * HALF)
+    rstd = tl.math.rsqrt(var + eps)[:, None]  # [BLOCK_H, 1]
+
+    w_lo = tl.load(w_ptr + cols).to(tl.float32)[None, :]
+    w_hi = tl.load(w_ptr + HALF + cols).to(tl.float32)[None, :]
+    y_lo = _round(w_lo * _round(x_lo * rstd, ROUND), ROUND)
+    y_hi = _round(w_hi * _round(x_hi * rstd, ROUND), ROUND)
+
+    # rotated = cat(-y[HALF:], y[:HALF]); out = y * cos + rotated * sin
+    out_lo = _round(_round(y_lo * cos_lo, ROUND) + _round(-y_hi * sin_lo, ROUND), ROUND)
+    out_hi = _round(_round(y_hi * cos_hi, ROUND) + _round(y_lo * sin_hi, ROUND), ROUND)
+
+    o_ptrs = o_row + heads64 * o_stride_h + cols[None, :]
+    out_ty = o_row.dtype.element_ty
+    tl.store(o_ptrs, out_lo.to(out_ty), mask=mask)  # exact: values are already representable
+    tl.store(o_ptrs + HALF, out_hi.to(out_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(
+    q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
+    seq_len, num_q_heads, num_kv_heads, eps,
+    q_stride_b, q_stride_l, q_stride_h,
+    k_stride_b, k_stride_l, k_stride_h,
+    cos_stride_b, cos_stride_l, sin_stride_b, sin_stride_l,
+    qo_stride_b, qo_stride_h, qo_stride_l,
+    ko_stride_b, ko_stride_h, ko_stride_l,
+    BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    b = (row // seq_len).to(tl.int64)  # int64: b * stride overflows int32 on long prefills
+    pos = (row % seq_len).to(tl.int64)
+
+    cols = tl.arange(0, HALF)
+    cos_row = cos_ptr + b * cos_stride_b + pos * cos_stride_l
+    sin_row = sin_ptr + b * sin_stride_b + pos * sin_stride_l
+    cos_lo = tl.load(cos_row + cols).to(tl.float32)[None, :]
+    cos_hi = tl.load(cos_row + HALF + cols).to(tl.float32)[None, :]
+    sin_lo = tl.load(sin_row + cols).to(tl.float32)[None, :]
+    sin_hi = tl.load(sin_row + HALF + cols).to(tl.float32)[None, :]
+
+    num_q_tiles = tl.cdiv(num_q_heads, BLOCK_H)
+    if tile < num_q_tiles:
+        _norm_rope_heads(
+            q_ptr + b * q_stride_b + pos * q_stride_l, qw_ptr,
+            qo_ptr + b * qo_stride_b + pos * qo_stride_l,
+            cos_lo, cos_hi, sin_lo, sin_hi,
+            tile * BLOCK_H, num_q_heads, q_stride_h, qo_stride_h, eps,
+            BLOCK_H, HALF, ROUND,
+        )
+    else:
+        _norm_rope_heads(
+            k_ptr + b * k_stride_b + pos * k_stride_l, kw_ptr,
+            ko_ptr + b * ko_stride_b + pos * ko_stride_l,
+            cos_lo, cos_hi, sin_lo, sin_hi,
+            (tile - num_q_tiles) * BLOCK_H, num_kv_heads, k_stride_h, ko_stride_h, eps,
+            BLOCK_H, HALF, ROUND,
+        )
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_qk_norm_rope_kernel, triton.runtime.JITFunction)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_block_h(num_rows: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> int:
+    """Heads per program: 1 while that leaves <= ~4 programs per SM (decode: latency, spread the
+    work), doubled while the grid would still have >= 4 programs per SM (prefill: fewer, fuller
+    programs), capped by MAX_BLOCK_H and by the head counts."""
+    cap = min(MAX_BLOCK_H, triton.next_power_of_2(max(num_q_heads, num_kv_heads)))
+    block_h = 1
+    while block_h < cap:
+        nxt = 2 * block_h
+        programs = num_rows * (triton.cdiv(num_q_heads, nxt) + triton.cdiv(num_kv_heads, nxt))
+        if programs < 4 * num_sms:
+            break
+        block_h = nxt
+    return block_h
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+           cos: torch.Tensor, sin: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"qk_norm_rope expects q [B, L, H, D] and k [B, L, KV, D], got {tuple(q.shape)} and {tuple(k.shape)}")
+    batch, seq_len, _, head_dim = q.shape
+    if k.shape[0] != batch or k.shape[1] != seq_len or k.shape[3] != head_dim:
+        raise ValueError(f"qk_norm_rope: k {tuple(k.shape)} does not match q {tuple(q.shape)} in B, L or D")
+    for name, t, shape in (("q_weight", q_weight, (head_dim,)), ("k_weight", k_weight, (head_dim,)),
+                           ("cos", cos, (batch, seq_len, head_dim)), ("sin", sin, (batch, seq_len, head_dim))):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"qk_norm_rope: {name} must have shape {list(shape)}, got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"qk_norm_rope: {name} is on {t.device} but q is on {q.device}")
+    if k.device != q.device:
+        raise ValueError(f"qk_norm_rope: k is on {k.device} but q is on {q.device}")
+
+
+def qk_norm_rope_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    block_h: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, L, H, D], k [B, L, KV, D] (last dim contiguous, any other strides: views of one fused
+    projection are fine), weights [D], cos/sin [B, L, D] (any B/L strides, e.g. expanded), all of
+    one dtype in SUPPORTED_DTYPES; D a power of two in [16, 256].
+
+    Returns contiguous q_out [B, H, L, D] and k_out [B, KV, L, D]. No host syncs: the launch can be
+    captured in a CUDA graph.
+    """
+    _check(q, k, q_weight, k_weight, cos, sin)
+    dtype = q.dtype
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"qk_norm_rope_triton supports {SUPPORTED_DTYPES}, got {dtype}")
+    if any(t.dtype != dtype for t in (k, q_weight, k_weight, cos, sin)):
+        raise ValueError("qk_norm_rope_triton needs q, k, the weights and cos/sin in one dtype")
+    batch, seq_len, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    if head_dim & (head_dim - 1) or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"qk_norm_rope_triton needs a power-of-two head_dim in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {head_dim}")
+
+    q, k, cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, cos, sin))
+    q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()
+    q_out = torch.empty((batch, num_q_heads, seq_len, head_dim), device=q.device, dtype=dtype)
+    k_out = torch.empty((batch, num_kv_heads, seq_len, head_dim), device=q.device, dtype=dtype)
+    num_rows = batch * seq_len
+    if num_rows == 0 or num_q_heads + num_kv_heads == 0:
+        return q_out, k_out
+
+    if block_h is None:
+        use_gpu = q.is_cuda and not is_interpreting()
+        block_h = choose_block_h(num_rows, num_q_heads, num_kv_heads,
+                                 _num_sms(q.device) if use_gpu else 1)  # interpreter: fewer programs
+    elif block_h < 1 or block_h & (block_h - 1):
+        raise ValueError(f"block_h must be a power of two >= 1, got {block_h}")
+    num_tiles = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_kv_heads, block_h)
+    if num_tiles > _MAX_GRID_Y:
+        raise ValueError(f"too many head tiles ({num_tiles}) for grid axis 1")
+    num_warps = max(1, min(4, block_h * head_dim // 256))
+
+    _qk_norm_rope_kernel[(num_rows, num_tiles)](
+        q, k, q_weight, k_weight, cos, sin, q_out, k_out,
+        seq_len, num_q_heads, num_kv_heads, float(eps),
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
+        q_out.stride(0), q_out.stride(1), q_out.stride(2),
+        k_out.stride(0), k_out.stride(1), k_out.stride(2),
+        BLOCK_H=block_h, HALF=head_dim // 2, ROUND=_ROUND_MODE[dtype],
+        num_warps=num_warps, **LAUNCH_OPTIONS,
+    )
+    return q_out, k_out
