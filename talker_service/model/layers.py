@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.add_rmsnorm import add_rms_norm
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.rmsnorm import rms_norm
+from kernels.silu_mul import silu_mul
 from talker_service.model.config import DecoderStackConfig
 
 
@@ -134,10 +136,9 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._gate_up is None:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        else:
-            gate, up = F.linear(x, *self._gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        # one GEMM for gate and up, one launch for silu(gate) * up (kernels/silu_mul.py)
+        return self.down_proj(silu_mul(F.linear(x, *self._gate_up)))
 
 
 class DecoderLayer(nn.Module):
@@ -149,6 +150,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+        """One layer on its own (DecoderStack.run fuses each residual add into the next norm)."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -168,7 +170,16 @@ class DecoderStack(nn.Module):
             layer.mlp.fuse_projections()
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
-        """x [B, L, hidden] -> post-final-norm hidden [B, L, hidden]."""
-        for layer in self.layers:
-            x = layer(x, cos, sin, kv, mask)
-        return self.norm(x)
+        """x [B, L, hidden] -> post-final-norm hidden [B, L, hidden].
+
+        The same sums as calling each layer in turn, but every residual add is done by the norm that
+        follows it (kernels/add_rmsnorm.py: one launch returns the sum and its normalization)."""
+        residual = x
+        h = self.layers[0].input_layernorm(x)
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn(h, cos, sin, kv, mask)
+            post = layer.post_attention_layernorm
+            h, residual = add_rms_norm(attn, residual, post.weight, post.eps)
+            after = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+            h, residual = add_rms_norm(layer.mlp(h), residual, after.weight, after.eps)
+        return h

@@ -1,0 +1,101 @@
+"""Fused Triton SwiGLU activation: out = silu(gate) * up from the fused gate/up GEMM output.
+
+Replaces two eager kernels (silu, then mul, with the [..., I] silu intermediate written to memory
+and read back) with one launch that reads gate_up [..., 2*I] once and writes out [..., I] once.
+
+Rounding, as PyTorch does it for bf16/fp16 (fp32 keeps every value in fp32):
+  s = round(g / (1 + exp(-g)))   -- fp32 exp, a correctly rounded fp32 divide, rounded to the dtype
+  out = round(s * u)             -- fp32 product of two dtype values, rounded once
+bf16 rounding is by hand (round to nearest even on the fp32 bits, kernels.rmsnorm_triton._round_to)
+because the interpreter truncates fp32 -> bf16, and bf16 values are widened and narrowed by bit
+shifts (kernels.add_rmsnorm_triton._widen/_narrow) because the interpreter's bf16 <-> fp32 casts
+mangle subnormals; on the GPU this costs a few integer ops per element in a launch/memory-bound kernel.
+
+exp: on the GPU, libdevice's __nv_expf -- the same expf that PyTorch's CUDA silu kernel calls
+(compiled without fast math) -- rather than tl.exp's ex2.approx(x * log2e), whose error grows with
+|x|. In the interpreter (EXP64), exp is computed in fp64 and rounded to fp32, i.e. a correctly
+rounded expf: it reproduces CPU PyTorch's F.silu on every one of the 2^16 bf16 and 2^16 fp16
+inputs (numpy's fp32 exp misses 3 fp16 values). libdevice cannot run in the interpreter. Triton
+links libdevice's flush-to-zero variant; that changes nothing here (exp of a subnormal is 1, and a
+subnormal exp result disappears in 1 + e), but GPU bit-equality with torch is not tested on CPU.
+
+Grid: axis 0 = rows, axis 1 = tiles of BLOCK output columns (I = 3072/6144 -> 3..6 tiles of 1024),
+so a one-row decode step still spreads over several SMs. Capturable in a CUDA graph: no host
+syncs; the only allocation is the output (plus a copy for inputs whose columns are not unit-stride).
+The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from kernels.add_rmsnorm_triton import _narrow, _widen
+from kernels.rmsnorm_triton import _as_rows, _round_to
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_BLOCK = 1024
+_MAX_GRID_Y = 65535  # CUDA limit on grid axis 1
+# No FMA contraction (there is nothing to contract today; keeps it that way if the body grows).
+LAUNCH_OPTIONS = {"enable_fp_fusion": False}
+
+
+@triton.jit
+def _silu_mul_kernel(
+    gu_ptr, out_ptr, inter, gu_row_stride, out_row_stride,
+    BLOCK: tl.constexpr, EXP64: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2^31 elements
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inter
+    gate_ptrs = gu_ptr + row * gu_row_stride + cols
+    g = _widen(tl.load(gate_ptrs, mask=mask, other=0.0))
+    u = _widen(tl.load(gate_ptrs + inter, mask=mask, other=0.0))
+    if EXP64:  # interpreter: correctly rounded fp32 exp
+        e = tl.exp((-g).to(tl.float64)).to(tl.float32)
+    else:  # GPU: __nv_expf, what torch's CUDA silu uses
+        e = libdevice.exp(-g)
+    s = _round_to(tl.div_rn(g, 1.0 + e), gu_ptr.dtype.element_ty)  # F.silu(gate) in gate's dtype
+    y = _round_to(s * u, out_ptr.dtype.element_ty)  # * up, rounded once
+    tl.store(out_ptr + row * out_row_stride + cols, _narrow(y, out_ptr.dtype.element_ty), mask=mask)
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_silu_mul_kernel, triton.runtime.JITFunction)
+
+
+def choose_block(inter: int) -> tuple[int, int]:
+    """(BLOCK output columns per program, num_warps): 1024 columns and 4 warps for the real sizes
+    (8 elements per thread: one 16-byte bf16 load of gate and one of up)."""
+    block = min(MAX_BLOCK, triton.next_power_of_2(max(inter, 1)))
+    return block, max(1, min(4, block // 256))
+
+
+def silu_mul_triton(gate_up: torch.Tensor, block: tuple[int, int] | None = None) -> torch.Tensor:
+    """gate_up [..., 2*I] (gate first, then up; any leading strides, e.g. a chunk view) ->
+    contiguous [..., I] = silu(gate) * up in gate_up's dtype.
+
+    `block` forces (BLOCK, num_warps) (tests); BLOCK must be a power of two.
+    """
+    if gate_up.dim() == 0 or gate_up.shape[-1] % 2:
+        raise ValueError(f"silu_mul_triton: need gate_up [..., 2*I], got {tuple(gate_up.shape)}")
+    if gate_up.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"silu_mul_triton supports {SUPPORTED_DTYPES}, got {gate_up.dtype}")
+    inter = gate_up.shape[-1] // 2
+    out = torch.empty(gate_up.shape[:-1] + (inter,), dtype=gate_up.dtype, device=gate_up.device)
+    if out.numel() == 0:
+        return out
+    gu2, out2 = _as_rows(gate_up, 2 * inter), out.view(-1, inter)
+    block_n, num_warps = block if block is not None else choose_block(inter)
+    if block_n < 1 or block_n & (block_n - 1):
+        raise ValueError(f"BLOCK must be a power of two, got {block_n}")
+    grid = (gu2.shape[0], triton.cdiv(inter, block_n))
+    if grid[1] > _MAX_GRID_Y:
+        raise ValueError(f"too many column tiles ({grid[1]}) for grid axis 1")
+    _silu_mul_kernel[grid](
+        gu2, out2, inter, gu2.stride(0), out2.stride(0),
+        BLOCK=block_n, EXP64=is_interpreting(), num_warps=num_warps, **LAUNCH_OPTIONS,
+    )
+    return out
