@@ -216,7 +216,7 @@ def test_params_from_generation_config_and_validation():
 
 
 def test_counter_noise_is_uniform_and_uncorrelated():
-    from talker_service.model.noise import row_keys, uniform_for_tokens
+    from kernels.hash_noise import row_keys, uniform_for_tokens
 
     keys = row_keys(torch.arange(500, dtype=torch.long) * 31337, torch.arange(500) % 7, 2)
     u = uniform_for_tokens(keys, torch.arange(2048).expand(500, -1))  # 1M draws
@@ -251,7 +251,7 @@ def test_slot_table_gathers_rows_and_records_history():
 
 
 def test_batched_group_keys_and_token_hash_table_give_the_same_noise():
-    from talker_service.model.noise import group_keys, row_keys, token_hashes, uniform_for_tokens
+    from kernels.hash_noise import group_keys, row_keys, token_hashes, uniform_for_tokens
 
     seeds = torch.tensor([0, 1, 2**62 + 12345, 2**63 - 1, 987654321])
     steps = torch.tensor([0, 5, 1999, 7, 2**31 + 3])

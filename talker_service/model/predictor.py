@@ -14,7 +14,7 @@ from torch import nn
 from talker_service.model.config import CodePredictorConfig
 from talker_service.model.kv_cache import FrameKVCache, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
-from talker_service.model.noise import group_keys, token_hashes
+from kernels.hash_noise import group_keys, token_hashes
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
 

@@ -7,7 +7,7 @@ The code predictor uses its own temperature/top-k/top-p and none of the masks.
 
 Every parameter is a per-row tensor, so one batch mixes requests with different settings, and
 the random draw of a row is Gumbel noise hashed from (seed, step, group, token id)
-(`noise.py`): the same request samples the same tokens whatever shares its batch.
+(`kernels/hash_noise.py`): the same request samples the same tokens whatever shares its batch.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from talker_service.model.noise import gumbel_for_tokens, row_keys
+from kernels.gumbel_pick import gumbel_pick
+from kernels.hash_noise import row_keys
 
 _MAX_SEED = 2**63 - 1
 
@@ -162,9 +163,9 @@ def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Ten
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
     values, token_ids = _candidates(logits, rows, candidate_k)
-    noise = gumbel_for_tokens(keys, token_ids, hashes)
-    pick = (values + noise).argmax(dim=-1, keepdim=True)
-    sampled = token_ids.gather(1, pick)[:, 0]
+    # Gumbel-max over the candidates: noise, add, argmax and gather in one launch on the GPU
+    # (kernels/gumbel_pick.py; the same draws as noise.gumbel_for_tokens)
+    sampled = gumbel_pick(values, token_ids, keys, hashes)
     return torch.where(rows.do_sample, sampled, greedy)
 
 

@@ -1,0 +1,147 @@
+"""Fused seeded Gumbel-max pick: one Triton launch replaces the ~25 eager launches of
+`gumbel_for_tokens` + add + argmax + gather at the end of every sampling (the decode step is
+launch-bound at small batch).
+
+One program per row, the row's K candidates (K <= 4096) in one block. Per candidate, bit for bit as
+kernels/hash_hash_noise.py:
+    token_part = mix32((token + TOKEN_SALT) mod 2**32)        (or hashes[token], the same values)
+    bits       = mix32(key ^ token_part)
+    u          = ((bits >> 9) + 0.5) * 2**-23                   fp32, exact
+    score      = value + (-log(-log(u)))                        fp32
+then the FIRST index of the maximum score (torch.argmax; a NaN score counts as the maximum, as in
+torch) and out[row] = token_ids[row, index].
+
+The reference keeps 32-bit lanes in int64 with `& 0xFFFFFFFF` after each multiply (multipliers < 2**31);
+here the lanes are uint32 with wrap-around multiplies and logical shifts, which give the same low
+32 bits. `tl.log` on fp32 lowers to libdevice's __nv_logf (checked in the sm_90 PTX; Triton links
+its flush-to-zero variant, which differs only on subnormals, and none occur: u >= 2**-24, -log(u) >=
+2**-24), the function behind CUDA's logf and so behind torch.log on CUDA. The fp32 arithmetic around
+it has no multiply-add pair to contract (fp fusion is pinned off anyway). tests/test_gumbel_pick.py
+has a CUDA-only test comparing all 2**23 possible noise values with torch.log's. In the interpreter
+tl.log is numpy's log: ~32% of the noise values differ from torch's CPU ones (<= 1e-6 absolute);
+the picks still matched (see the tests for the measurement).
+
+Capturable in a CUDA graph: no host syncs; the only allocation is the output (torch.empty).
+The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_K = 4096
+# hash_noise.py's constants (tests check they match); constexpr so the compiled kernel may read them
+TOKEN_SALT = tl.constexpr(0x2545F491)  # noise._TOKEN_SALT
+MUL_A = tl.constexpr(0x7FEB352D)  # noise._MUL_A
+MUL_B = tl.constexpr(0x5BD1E995)  # noise._MUL_B
+UNIFORM_SHIFT = tl.constexpr(9)  # 32 - noise._UNIFORM_BITS
+
+
+@triton.jit
+def _mix32(x):
+    """noise.mix32 on uint32 lanes (wrap-around multiplies = the reference's & 0xFFFFFFFF)."""
+    x = x ^ (x >> 16)
+    x = x * MUL_A
+    x = x ^ (x >> 15)
+    x = x * MUL_B
+    x = x ^ (x >> 16)
+    x = x * MUL_A
+    return x ^ (x >> 15)
+
+
+@triton.jit
+def _token_part(token):
+    """hash_noise.py's token half for int64 vocabulary ids: mix32((token + TOKEN_SALT) & 0xFFFFFFFF)."""
+    return _mix32((token + TOKEN_SALT).to(tl.uint32))
+
+
+@triton.jit
+def _gumbel_from_bits(bits):
+    """fp32 Gumbel noise from 32 hash bits: -log(-log(((bits >> 9) + 0.5) * 2**-23)), as hash_noise.py."""
+    uniform = ((bits >> UNIFORM_SHIFT).to(tl.float32) + 0.5) * 1.1920928955078125e-07  # 2**-23, exact
+    return -tl.log(-tl.log(uniform))
+
+
+@triton.jit
+def _gumbel_pick_kernel(
+    values_ptr, tokens_ptr, keys_ptr, hashes_ptr, out_ptr,
+    num_cols, values_row_stride, tokens_row_stride, keys_stride,
+    HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_K)
+    ok = cols < num_cols
+    value = tl.load(values_ptr + row * values_row_stride + cols, mask=ok, other=float("-inf"))
+    token = tl.load(tokens_ptr + row * tokens_row_stride + cols, mask=ok, other=0)
+    key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
+    if HAS_HASHES:
+        token_part = tl.load(hashes_ptr + token, mask=ok, other=0).to(tl.uint32)
+    else:
+        token_part = _token_part(token)
+    score = value + _gumbel_from_bits(_mix32(key ^ token_part))
+
+    is_nan = (score != score) & ok
+    score = tl.where(is_nan | (~ok), float("-inf"), score)
+    best = tl.max(score, axis=0)
+    first = tl.min(tl.where(ok & (score == best), cols, BLOCK_K), axis=0)
+    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
+    pick = tl.where(first_nan < BLOCK_K, first_nan, first)
+    tl.store(out_ptr + row, tl.load(tokens_ptr + row * tokens_row_stride + pick))
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_gumbel_pick_kernel, triton.runtime.JITFunction)
+
+
+def choose_block(num_cols: int) -> tuple[int, int]:
+    """(BLOCK_K, num_warps) for rows of num_cols candidates."""
+    block_k = max(16, triton.next_power_of_2(num_cols))
+    return block_k, min(8, max(1, block_k // 256))
+
+
+def check_args(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,
+               hashes: Optional[torch.Tensor]) -> None:
+    """Shapes, dtypes and devices the kernel needs (ValueError otherwise); never reads values."""
+    if values.dim() != 2 or token_ids.shape != values.shape:
+        raise ValueError(f"gumbel_pick expects values and token_ids of one shape [bs, K], got "
+                         f"{tuple(values.shape)} and {tuple(token_ids.shape)}")
+    if keys.shape != (values.shape[0],):
+        raise ValueError(f"gumbel_pick expects keys [bs] = [{values.shape[0]}], got {tuple(keys.shape)}")
+    if values.dtype != torch.float32 or token_ids.dtype != torch.int64 or keys.dtype != torch.int64:
+        raise ValueError(f"gumbel_pick expects float32 values and int64 token_ids/keys, got "
+                         f"{values.dtype}, {token_ids.dtype}, {keys.dtype}")
+    if hashes is not None and (hashes.dim() != 1 or hashes.dtype != torch.int64):
+        raise ValueError(f"gumbel_pick expects an int64 [V] hashes table, got {hashes.dtype} {tuple(hashes.shape)}")
+    for name, t in (("token_ids", token_ids), ("keys", keys), ("hashes", hashes)):
+        if t is not None and t.device != values.device:
+            raise ValueError(f"gumbel_pick: {name} is on {t.device} but values is on {values.device}")
+
+
+def gumbel_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,
+                       hashes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int64 [bs]: the token of each row's Gumbel-max pick (see the module docstring), one launch."""
+    check_args(values, token_ids, keys, hashes)
+    num_rows, num_cols = values.shape
+    if not 1 <= num_cols <= MAX_K:
+        raise ValueError(f"gumbel_pick_triton supports 1 <= K <= {MAX_K}, got K={num_cols}")
+    out = torch.empty(num_rows, dtype=torch.int64, device=values.device)
+    if num_rows == 0:
+        return out
+    if values.stride(1) != 1:
+        values = values.contiguous()
+    if token_ids.stride(1) != 1:
+        token_ids = token_ids.contiguous()
+    if hashes is not None and hashes.stride(0) != 1:
+        hashes = hashes.contiguous()
+    block_k, num_warps = choose_block(num_cols)
+    _gumbel_pick_kernel[(num_rows,)](
+        values, token_ids, keys, token_ids if hashes is None else hashes, out,
+        num_cols, values.stride(0), token_ids.stride(0), keys.stride(0),
+        HAS_HASHES=hashes is not None, BLOCK_K=block_k, num_warps=num_warps,
+        enable_fp_fusion=False,  # nothing here to contract; pinned so the numerics never depend on it
+    )
+    return out
