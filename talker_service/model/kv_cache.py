@@ -16,6 +16,8 @@ import logging
 
 import torch
 
+from kernels.slot_attention import slot_decode_attention
+
 logger = logging.getLogger(__name__)
 
 
@@ -76,6 +78,17 @@ class SlotDecodeView:
         k_ctx = k_layer[:, :, : self.context_len].index_select(0, self.slots)
         v_ctx = v_layer[:, :, : self.context_len].index_select(0, self.slots)
         return k_ctx, v_ctx
+
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write k/v [bs, kv_heads, 1, D] at each row's position, then attend q [bs, heads, 1, D] over
+        keys 0..position of each row's slot, read in place (kernels/slot_attention.py): no gather of
+        the context bucket, nothing read past a row's own length. -> [bs, heads, 1, D]."""
+        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        k_layer[self.slots, :, self.positions] = k[:, :, 0]
+        v_layer[self.slots, :, self.positions] = v[:, :, 0]
+        out = slot_decode_attention(q[:, :, 0], k_layer, v_layer, self.slots, self.positions + 1,
+                                    q.shape[-1] ** -0.5)
+        return out[:, :, None]
 
 
 def decode_mask(positions: torch.Tensor, context_len: int) -> torch.Tensor:

@@ -22,6 +22,9 @@ from talker_service.model.config import DecoderStackConfig
 
 
 class KVStore(Protocol):
+    """Where a layer's keys/values go. A store may also offer `attend(layer_idx, q, k, v)`, which
+    stores k/v and returns the attention output itself; the layer then skips `update` and its mask."""
+
     def update(self, layer_idx: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k/v [B, kv_heads, L, head_dim]; return the keys/values to attend over [B, kv_heads, S, head_dim]."""
 
@@ -118,8 +121,12 @@ class Attention(nn.Module):
                             k.view(batch, length, self.num_kv_heads, self.head_dim),
                             self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
         v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        k_all, v_all = kv.update(self.layer_idx, k, v)
-        out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
+        attend = getattr(kv, "attend", None)
+        if attend is not None:   # the store attends in place (the decode step: no K/V gather)
+            out = attend(self.layer_idx, q, k, v)
+        else:
+            k_all, v_all = kv.update(self.layer_idx, k, v)
+            out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from talker_service.model.config import TalkerConfig
-from talker_service.model.kv_cache import SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask, decode_mask
+from talker_service.model.kv_cache import SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
 from talker_service.model.predictor import CodePredictor
 from talker_service.model.sampling import RowSampling
@@ -171,8 +171,10 @@ class TalkerModel(nn.Module):
                     context_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """input_embeds [bs, H] at positions [bs] of slots [bs] (distinct) -> (hidden [bs, H], logits [bs, vocab]).
 
-        context_len (static) bounds the keys read per row; every position must be < context_len.
-        No host syncs: safe to capture in a CUDA graph with static input tensors.
+        Attention reads each row's keys 0..position straight from its slot (SlotDecodeView.attend),
+        so `context_len` only bounds positions (every position must be < context_len); the graphs
+        of the service runner are still keyed by it. No host syncs: safe to capture in a CUDA graph
+        with static input tensors.
         """
         self._require_runtime()
         context_len = self.cache.max_seq_len if context_len is None else context_len
@@ -180,8 +182,7 @@ class TalkerModel(nn.Module):
         cos = cos_table[positions][:, None]  # [bs, 1, D]
         sin = sin_table[positions][:, None]
         view = SlotDecodeView(self.cache, slots, positions, context_len)
-        mask = decode_mask(positions, context_len)
-        hidden = self.model.run(input_embeds.to(self.dtype)[:, None], cos, sin, view, mask)[:, 0]
+        hidden = self.model.run(input_embeds.to(self.dtype)[:, None], cos, sin, view, None)[:, 0]
         return hidden, self._head(hidden)
 
     def predict_residuals(self, past_hidden: torch.Tensor, c0: torch.Tensor, sub: RowSampling, seeds: torch.Tensor,

@@ -1,0 +1,250 @@
+"""Triton slot decode attention: one new query per row reads K/V straight out of one layer of the
+static slot KV cache (k/v [S, KV, P, D]) by slot, only up to the row's own length.
+
+Grid (B, KV, NUM_SPLITS). A program owns one row, one kv head and one split of that row's keys,
+and computes all GROUP = H // KV query heads of that kv head at once (GQA: query head h reads kv
+head h // GROUP), so each K/V tile is loaded once for the whole group. The GROUP query rows are
+padded to BLOCK_H >= 16 rows so both products are tensor-core dots
+([BLOCK_H, D] x [D, BLOCK_N] and [BLOCK_H, BLOCK_N] x [BLOCK_N, D]); padded rows are never stored.
+The key loop runs over BLOCK_N-position tiles with a runtime bound read from lengths[row] (no
+recompilation per length; positions past the length are never read), with an fp32 online softmax
+(exp2, scale * log2(e) folded into the scores).
+
+Flash-decoding split (NUM_SPLITS > 1): when B * KV programs cannot fill the GPU (small batches),
+each row's key range is cut into NUM_SPLITS chunks -- chunk = ceil(ceil(length / NUM_SPLITS) /
+BLOCK_N) * BLOCK_N, computed in the kernel from the row's length, so the work is balanced for any
+length without a host sync. Each split writes its unnormalized fp32 partial (acc, running max,
+running sum) to a workspace and a second small kernel (grid B * H) merges the splits. A split with
+no keys (short rows) writes max = -inf, sum = 0 and drops out of the merge. NUM_SPLITS is chosen on
+the host from static sizes only (B, KV, P, SM count; `choose_num_splits`), so a captured CUDA
+graph stays valid for every length. NUM_SPLITS == 1 is the one-kernel path (normalizes in place).
+
+Dot precision: fp32 inputs use input_precision="ieee" (not tf32). bf16/fp16 use native dots on the
+GPU, with the probabilities rounded to the V dtype for P.V, as flash attention does. The Triton
+interpreter mis-evaluates bf16 dots (it multiplies the raw uint16 bit patterns) and mangles bf16
+subnormals in casts, so under the interpreter bf16 tiles are widened to fp32 by bit shifts and
+multiplied in fp32 (DOT_FP32); only the operand dtype of the two dots differs from the GPU path.
+bf16 outputs are rounded to nearest even by bits on both paths (the interpreter's cast truncates).
+
+Capturable in a CUDA graph: no host syncs; allocations are the output (torch.empty) and, when
+split, the fp32 workspace. Lengths are clamped to [0, P] in the kernel (never reads past the slot);
+a row of length 0 gives zeros. Slots are not range-checked (that would need a sync).
+The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+MAX_SPLITS = 16
+MIN_SPLIT_POSITIONS = 256  # a split covers at least this many positions of a full-length row
+_LOG2E = 1.4426950408889634
+_DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
+
+
+@triton.jit
+def _to_f32(v):
+    """A loaded tile as exact fp32 (bf16 by bits: the interpreter's bf16 cast mangles subnormals)."""
+    if v.dtype == tl.bfloat16:
+        return (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return v.to(tl.float32)
+
+
+@triton.jit
+def _from_f32(v, dtype: tl.constexpr):
+    """fp32 -> dtype; bf16 rounded to nearest even by bits (the GPU's cvt.rn, which the interpreter's
+    truncating cast is not). NaN stays NaN."""
+    if dtype == tl.bfloat16:
+        bits = v.to(tl.uint32, bitcast=True)
+        rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+        rounded = tl.where(v != v, bits >> 16, rounded)
+        return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(dtype)
+
+
+@triton.jit
+def _slot_decode_attn_kernel(
+    q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
+    qk_scale, num_positions,
+    stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    row = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_heads = tl.num_programs(1) * GROUP
+
+    slot = tl.load(slots_ptr + row).to(tl.int64)
+    length = tl.load(lengths_ptr + row).to(tl.int32)
+    length = tl.maximum(tl.minimum(length, num_positions), 0)
+    # this split's keys [start, end); NUM_SPLITS == 1 gives [0, length)
+    chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, length)
+
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, HEAD_DIM)
+    head_ok = offs_h < GROUP
+    heads = kv_head * GROUP + offs_h
+    q = tl.load(q_ptr + row.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=head_ok[:, None], other=0.0)
+    if DOT_FP32:
+        q = _to_f32(q)
+    k_base = k_ptr + slot * stride_ks + kv_head * stride_kh
+    v_base = v_ptr + slot * stride_vs + kv_head * stride_vh
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < end
+        k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if DOT_FP32:
+            s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every tile holds >= 1 key
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DOT_FP32:
+            pv = tl.dot(p, _to_f32(v), input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    if NUM_SPLITS == 1:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
+        out_offs = (row.to(tl.int64) * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
+    else:
+        part = (row.to(tl.int64) * num_heads + heads) * NUM_SPLITS + split  # [BLOCK_H]
+        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=head_ok[:, None])
+        tl.store(part_m_ptr + part, m_i, mask=head_ok)
+        tl.store(part_l_ptr + part, l_i, mask=head_ok)
+
+
+@triton.jit
+def _merge_splits_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
+                         HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """One program per (row, head): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m)."""
+    pid = tl.program_id(0).to(tl.int64)  # row * H + head
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    split_ok = offs_s < NUM_SPLITS
+    m = tl.load(part_m_ptr + pid * NUM_SPLITS + offs_s, mask=split_ok, other=float("-inf"))
+    l_s = tl.load(part_l_ptr + pid * NUM_SPLITS + offs_s, mask=split_ok, other=0.0)
+    acc = tl.load(part_acc_ptr + (pid * NUM_SPLITS + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                  mask=split_ok[:, None], other=0.0)
+    m_max = tl.max(m, 0)
+    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # length 0: every split empty
+    w = tl.exp2(m - m_max)  # 0 for empty and padded splits
+    num = tl.sum(acc * w[:, None], 0)
+    den = tl.sum(l_s * w, 0)
+    out = num / tl.where(den == 0.0, 1.0, den)
+    tl.store(out_ptr + pid * HEAD_DIM + offs_d, _from_f32(out, out_ptr.dtype.element_ty))
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_slot_decode_attn_kernel, triton.runtime.JITFunction)
+
+
+def choose_num_splits(batch: int, num_kv_heads: int, num_positions: int, num_sms: int) -> int:
+    """Key-range splits per (row, kv head), from static sizes only (CUDA-graph safe).
+
+    No split once B * KV programs give every SM two; below that, enough splits to get there, but
+    at most MAX_SPLITS and at least MIN_SPLIT_POSITIONS positions per split of a full-length row.
+    """
+    programs = batch * num_kv_heads
+    target = 2 * num_sms
+    if programs >= target:
+        return 1
+    splits = min(triton.cdiv(target, programs), MAX_SPLITS, num_positions // MIN_SPLIT_POSITIONS)
+    return max(1, splits)
+
+
+def choose_block(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(BLOCK_N, num_warps) for the main kernel."""
+    if dtype == torch.float32 or head_dim > 128:
+        return 32, 4
+    return 64, 4
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _DEFAULT_NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                 slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
+                                 block_n: Optional[int] = None, num_splits: Optional[int] = None) -> torch.Tensor:
+    """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int -> contiguous
+    [B, H, D] in q's dtype. `block_n` (power of two >= 16) and `num_splits` (>= 1) override the
+    heuristics (tests, tuning); by default a CPU (interpreter) launch does not split."""
+    if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
+        raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    batch, num_heads, head_dim = q.shape
+    _, num_kv, num_positions, _ = k_cache.shape
+    if q.dtype not in SUPPORTED_DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"slot_decode_attention_triton supports {SUPPORTED_DTYPES} (one dtype), got "
+                         f"{q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if head_dim not in SUPPORTED_HEAD_DIMS or k_cache.shape[3] != head_dim or num_heads % num_kv:
+        raise ValueError(f"slot_decode_attention_triton: head_dim must be one of {SUPPORTED_HEAD_DIMS} and "
+                         f"H a multiple of KV, got q {tuple(q.shape)}, cache {tuple(k_cache.shape)}")
+    out = torch.empty((batch, num_heads, head_dim), dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k_cache.stride(-1) != 1:
+        k_cache = k_cache.contiguous()  # a copy of the whole layer; the real cache is contiguous
+    if v_cache.stride(-1) != 1:
+        v_cache = v_cache.contiguous()
+    default_block_n, num_warps = choose_block(head_dim, q.dtype)
+    block_n = default_block_n if block_n is None else block_n
+    if block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
+    if num_splits is None:
+        num_splits = 1 if q.device.type != "cuda" else choose_num_splits(batch, num_kv, num_positions,
+                                                                          _num_sms(q.device))
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    group = num_heads // num_kv
+    dot_fp32 = q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and is_interpreting())
+    if num_splits > 1:
+        part_acc = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((2, batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
+        part_m, part_l = part_ml[0], part_ml[1]
+    else:
+        part_acc = part_m = part_l = out  # unused (constexpr branch)
+    _slot_decode_attn_kernel[(batch, num_kv, num_splits)](
+        q, k_cache, v_cache, slots, lengths, out, part_acc, part_m, part_l,
+        float(scale) * _LOG2E, num_positions,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
+        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps,
+    )
+    if num_splits > 1:
+        _merge_splits_kernel[(batch * num_heads,)](
+            part_acc, part_m, part_l, out,
+            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+            num_warps=1 if head_dim <= 64 else 2,
+        )
+    return out
+
