@@ -41,7 +41,9 @@ class EngineConfig:
     # decode step as one CUDA graph per (batch bucket, context bucket): "auto" captures on CUDA
     # and runs eagerly on CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
     decode_graphs: str = "auto"
-    context_buckets: tuple[int, ...] = ()  # keys read per decode step; empty: max_seq_len only
+    # positions a graph accepts; empty: max_seq_len only. Attention reads each row's own length
+    # from its slot (kernels/slot_attention.py), so more buckets only add capture time and memory.
+    context_buckets: tuple[int, ...] = ()
     graph_max_batch: int = 0           # graphs only for batch buckets <= this (0: all); larger run eagerly
     # > 0 (CUDA): max_slots shrinks until the KV cache takes at most this fraction of the device
     # memory free after the weights load; 0: allocate max_slots x max_seq_len as configured
