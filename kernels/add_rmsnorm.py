@@ -14,62 +14,23 @@ inside the op:
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
    later one use the eager reference.
-The failure memory repeats kernels/rmsnorm.py's (sharing it would mean editing that module).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.add_rmsnorm_reference import add_rms_norm_reference
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_ADDNORM_CPU_TRITON"
 MAX_COLS = 8192  # kernels.rmsnorm_triton.MAX_COLS, repeated so routing never imports triton
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning("Triton add+RMSNorm failed (%s); using the eager reference for the rest of this process",
-                   _failure, exc_info=exc)
-
-
-def _get_launcher() -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.add_rmsnorm_triton import add_rms_norm_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = add_rms_norm_triton
-    return _launcher
+_route = TritonRoute("add+RMSNorm", "kernels.add_rmsnorm_triton", "add_rms_norm_triton",
+                     CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
@@ -82,26 +43,24 @@ def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -
 
 
 def _wants_triton(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
-    if _failure is not None or any(t.dtype not in _TRITON_DTYPES for t in (x, residual, weight)):
+    if any(t.dtype not in _TRITON_DTYPES for t in (x, residual, weight)):
         return False
     if x.numel() == 0 or x.shape[-1] > MAX_COLS:
         return False
-    return x.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(x)
+
+
+def _reference_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    normed, summed = add_rms_norm_reference(x, residual, weight, eps)
+    return normed.contiguous(), summed.contiguous()
 
 
 @torch.library.custom_op("qwen3tts::add_rms_norm", mutates_args=())
 def add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The op body: Triton or reference, always two fresh contiguous tensors (what the fake promises)."""
-    if _wants_triton(x, residual, weight):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(x, residual, weight, eps)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked
-                _record_failure(exc)
-    normed, summed = add_rms_norm_reference(x, residual, weight, eps)
-    return normed.contiguous(), summed.contiguous()
+    return _route.run((x, residual, weight, eps), _reference_op, wanted=_wants_triton(x, residual, weight))
 
 
 @add_rms_norm_op.register_fake

@@ -32,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.gumbel_pick_reference import check_args
+
 MAX_K = 4096
 # hash_noise.py's constants (tests check they match); constexpr so the compiled kernel may read them
 TOKEN_SALT = tl.constexpr(0x2545F491)  # noise._TOKEN_SALT
@@ -101,24 +103,6 @@ def choose_block(num_cols: int) -> tuple[int, int]:
     """(BLOCK_K, num_warps) for rows of num_cols candidates."""
     block_k = max(16, triton.next_power_of_2(num_cols))
     return block_k, min(8, max(1, block_k // 256))
-
-
-def check_args(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,
-               hashes: Optional[torch.Tensor]) -> None:
-    """Shapes, dtypes and devices the kernel needs (ValueError otherwise); never reads values."""
-    if values.dim() != 2 or token_ids.shape != values.shape:
-        raise ValueError(f"gumbel_pick expects values and token_ids of one shape [bs, K], got "
-                         f"{tuple(values.shape)} and {tuple(token_ids.shape)}")
-    if keys.shape != (values.shape[0],):
-        raise ValueError(f"gumbel_pick expects keys [bs] = [{values.shape[0]}], got {tuple(keys.shape)}")
-    if values.dtype != torch.float32 or token_ids.dtype != torch.int64 or keys.dtype != torch.int64:
-        raise ValueError(f"gumbel_pick expects float32 values and int64 token_ids/keys, got "
-                         f"{values.dtype}, {token_ids.dtype}, {keys.dtype}")
-    if hashes is not None and (hashes.dim() != 1 or hashes.dtype != torch.int64):
-        raise ValueError(f"gumbel_pick expects an int64 [V] hashes table, got {hashes.dtype} {tuple(hashes.shape)}")
-    for name, t in (("token_ids", token_ids), ("keys", keys), ("hashes", hashes)):
-        if t is not None and t.device != values.device:
-            raise ValueError(f"gumbel_pick: {name} is on {t.device} but values is on {values.device}")
 
 
 def gumbel_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,

@@ -14,63 +14,24 @@ inside the op:
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
    later one use the eager reference.
-The failure memory repeats kernels/snakebeta.py's pattern (sharing it would mean editing that module).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.qk_norm_rope_reference import qk_norm_rope_reference
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_QKROPE_CPU_TRITON"
 # kernels.qk_norm_rope_triton's limits, repeated so routing never imports triton
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning("Triton QK-norm+RoPE failed (%s); using the eager reference for the rest of this process",
-                   _failure, exc_info=exc)
-
-
-def _get_launcher() -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.qk_norm_rope_triton import qk_norm_rope_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = qk_norm_rope_triton
-    return _launcher
+_route = TritonRoute("QK-norm+RoPE", "kernels.qk_norm_rope_triton", "qk_norm_rope_triton",
+                     CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -91,16 +52,20 @@ def _check_args(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weig
 
 def _wants_triton(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                   cos: torch.Tensor, sin: torch.Tensor) -> bool:
-    if _failure is not None or q.dtype not in _TRITON_DTYPES:
-        return False
-    if any(t.dtype != q.dtype for t in (k, q_weight, k_weight, cos, sin)):
+    if q.dtype not in _TRITON_DTYPES or any(t.dtype != q.dtype for t in (k, q_weight, k_weight, cos, sin)):
         return False
     head_dim = q.shape[-1]
     if head_dim & (head_dim - 1) or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
         return False
     if q.numel() == 0 or k.numel() == 0:
         return False
-    return q.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(q)
+
+
+def _reference_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    q_out, k_out = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
+    return q_out.contiguous(), k_out.contiguous()
 
 
 def _result_dtype(q: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.dtype:
@@ -112,15 +77,8 @@ def _result_dtype(q: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin:
 def qk_norm_rope_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                     cos: torch.Tensor, sin: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The op body: Triton or reference, always fresh contiguous tensors (what the fake promises)."""
-    if _wants_triton(q, k, q_weight, k_weight, cos, sin):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(q, k, q_weight, k_weight, cos, sin, eps)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked
-                _record_failure(exc)
-    q_out, k_out = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
-    return q_out.contiguous(), k_out.contiguous()
+    return _route.run((q, k, q_weight, k_weight, cos, sin, eps), _reference_op,
+                      wanted=_wants_triton(q, k, q_weight, k_weight, cos, sin))
 
 
 @qk_norm_rope_op.register_fake

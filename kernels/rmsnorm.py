@@ -12,62 +12,22 @@ inside the op:
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
    later one use the eager reference.
-The failure memory duplicates kernels/snakebeta.py's (sharing it would mean editing that module).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.rmsnorm_reference import rms_norm_reference
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_RMSNORM_CPU_TRITON"
 MAX_COLS = 8192  # kernels.rmsnorm_triton.MAX_COLS, repeated so routing never imports triton
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., torch.Tensor]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning("Triton RMSNorm failed (%s); using the eager reference for the rest of this process",
-                   _failure, exc_info=exc)
-
-
-def _get_launcher() -> Optional[Callable[..., torch.Tensor]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.rmsnorm_triton import rms_norm_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = rms_norm_triton
-    return _launcher
+_route = TritonRoute("RMSNorm", "kernels.rmsnorm_triton", "rms_norm_triton", CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -78,24 +38,21 @@ def _check_args(x: torch.Tensor, weight: torch.Tensor) -> None:
 
 
 def _wants_triton(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    if _failure is not None or x.dtype not in _TRITON_DTYPES or weight.dtype not in _TRITON_DTYPES:
+    if x.dtype not in _TRITON_DTYPES or weight.dtype not in _TRITON_DTYPES:
         return False
     if x.numel() == 0 or x.shape[-1] > MAX_COLS:
         return False
-    return x.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(x)
+
+
+def _reference_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return rms_norm_reference(x, weight, eps).contiguous()
 
 
 @torch.library.custom_op("qwen3tts::rms_norm", mutates_args=())
 def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The op body: Triton or reference, always a fresh contiguous tensor (what the fake promises)."""
-    if _wants_triton(x, weight):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(x, weight, eps)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked
-                _record_failure(exc)
-    return rms_norm_reference(x, weight, eps).contiguous()
+    return _route.run((x, weight, eps), _reference_op, wanted=_wants_triton(x, weight))
 
 
 @rms_norm_op.register_fake

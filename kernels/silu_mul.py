@@ -14,61 +14,21 @@ inside the op:
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
    later one use the eager reference.
-The failure memory repeats kernels/rmsnorm.py's (sharing it would mean editing that module).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.silu_mul_reference import silu_mul_reference
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_SILUMUL_CPU_TRITON"
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., torch.Tensor]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning("Triton silu_mul failed (%s); using the eager reference for the rest of this process",
-                   _failure, exc_info=exc)
-
-
-def _get_launcher() -> Optional[Callable[..., torch.Tensor]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.silu_mul_triton import silu_mul_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = silu_mul_triton
-    return _launcher
+_route = TritonRoute("silu_mul", "kernels.silu_mul_triton", "silu_mul_triton", CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(gate_up: torch.Tensor) -> None:
@@ -77,22 +37,19 @@ def _check_args(gate_up: torch.Tensor) -> None:
 
 
 def _wants_triton(gate_up: torch.Tensor) -> bool:
-    if _failure is not None or gate_up.dtype not in _TRITON_DTYPES or gate_up.numel() == 0:
+    if gate_up.dtype not in _TRITON_DTYPES or gate_up.numel() == 0:
         return False
-    return gate_up.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(gate_up)
+
+
+def _reference_op(gate_up: torch.Tensor) -> torch.Tensor:
+    return silu_mul_reference(gate_up).contiguous()
 
 
 @torch.library.custom_op("qwen3tts::silu_mul", mutates_args=())
 def silu_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
     """The op body: Triton or reference, always a fresh contiguous tensor (what the fake promises)."""
-    if _wants_triton(gate_up):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(gate_up)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked
-                _record_failure(exc)
-    return silu_mul_reference(gate_up).contiguous()
+    return _route.run((gate_up,), _reference_op, wanted=_wants_triton(gate_up))
 
 
 @silu_mul_op.register_fake

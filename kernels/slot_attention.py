@@ -17,20 +17,14 @@ inside the op:
 Argument checks (shapes, dtypes, devices; metadata only, no host sync) raise ValueError before the op.
 Values are not checked (that would sync): lengths must lie in [1, P] and slots in [0, S).
 The reference, when it runs on a GPU, gathers all P positions (no host sync, CUDA-graph safe).
-The failure memory repeats kernels/rmsnorm.py's pattern (sharing it would mean editing that module).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.slot_attention_reference import slot_decode_attention_reference
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_SLOTATTN_CPU_TRITON"
 # kernels.slot_attention_triton's limits, repeated so routing never imports triton
@@ -38,43 +32,10 @@ _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., torch.Tensor]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning("Triton slot decode attention failed (%s); using the eager reference for the rest of "
-                   "this process", _failure, exc_info=exc)
-
-
-def _get_launcher() -> Optional[Callable[..., torch.Tensor]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.slot_attention_triton import slot_decode_attention_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = slot_decode_attention_triton
-    return _launcher
+_route = TritonRoute("slot decode attention", "kernels.slot_attention_triton",
+                     "slot_decode_attention_triton", CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -102,25 +63,21 @@ def _check_args(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, s
 
 
 def _wants_triton(q: torch.Tensor) -> bool:
-    if _failure is not None or q.dtype not in _TRITON_DTYPES or q.shape[2] not in _TRITON_HEAD_DIMS:
+    if q.dtype not in _TRITON_DTYPES or q.shape[2] not in _TRITON_HEAD_DIMS or q.shape[0] == 0:
         return False
-    if q.shape[0] == 0:
-        return False
-    return q.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(q)
+
+
+def _reference_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                  lengths: torch.Tensor, scale: float) -> torch.Tensor:
+    return slot_decode_attention_reference(q, k_cache, v_cache, slots, lengths, scale).contiguous()
 
 
 @torch.library.custom_op("qwen3tts::slot_decode_attention", mutates_args=())
 def slot_decode_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                              lengths: torch.Tensor, scale: float) -> torch.Tensor:
     """The op body: Triton or reference, always a fresh contiguous [B, H, D] (what the fake promises)."""
-    if _wants_triton(q):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(q, k_cache, v_cache, slots, lengths, scale)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked
-                _record_failure(exc)
-    return slot_decode_attention_reference(q, k_cache, v_cache, slots, lengths, scale).contiguous()
+    return _route.run((q, k_cache, v_cache, slots, lengths, scale), _reference_op, wanted=_wants_triton(q))
 
 
 @slot_decode_attention_op.register_fake

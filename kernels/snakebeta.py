@@ -10,62 +10,21 @@ Routing, in order:
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
    later one use the eager reference (compiling again per call would cost seconds each time).
+The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
-
-import logging
-import os
-import threading
-from typing import Callable, Optional
 
 import torch
 
 from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log  # noqa: F401
-
-logger = logging.getLogger(__name__)
+from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_SNAKE_CPU_TRITON"
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_lock = threading.Lock()
-_failure: Optional[str] = None  # "ExcType: message" of the first Triton failure, sticky
-_launcher: Optional[Callable[..., torch.Tensor]] = None
-
-
-def triton_failure() -> Optional[str]:
-    """The recorded Triton failure ("ExcType: message"), or None while the kernel is in use."""
-    return _failure
-
-
-def reset_triton_failure() -> None:
-    """Forget a recorded failure so the next call tries Triton again (tests, or after a fix)."""
-    global _failure
-    with _lock:
-        _failure = None
-
-
-def _record_failure(exc: BaseException) -> None:
-    global _failure
-    with _lock:
-        if _failure is not None:
-            return
-        _failure = f"{type(exc).__name__}: {exc}"
-    logger.warning(
-        "Triton SnakeBeta failed (%s); using the eager reference for the rest of this process",
-        _failure, exc_info=exc,
-    )
-
-
-def _get_launcher() -> Optional[Callable[..., torch.Tensor]]:
-    global _launcher
-    if _launcher is None:
-        try:
-            from kernels.snakebeta_triton import snake_beta_triton
-        except Exception as exc:  # no triton wheel, or a broken install: same fallback as a compile error
-            _record_failure(exc)
-            return None
-        _launcher = snake_beta_triton
-    return _launcher
+_route = TritonRoute("SnakeBeta", "kernels.snakebeta_triton", "snake_beta_triton", CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
 
 
 def _check_args(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> None:
@@ -89,11 +48,9 @@ def _needs_grad(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor
 
 
 def _wants_triton(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> bool:
-    if _needs_grad(x, alpha_exp, inv_beta) or _failure is not None:
+    if _needs_grad(x, alpha_exp, inv_beta) or x.dtype not in _TRITON_DTYPES:
         return False
-    if x.dtype not in _TRITON_DTYPES:
-        return False
-    return x.is_cuda or os.environ.get(CPU_TRITON_ENV) == "1"
+    return _route.allows(x)
 
 
 def snake_beta(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
@@ -105,11 +62,5 @@ def snake_beta(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor)
         # step. Measured on the H200 with the full decoder: see benchmarks/results/*decoder*.
         return snake_beta_reference(x, alpha_exp, inv_beta)
     _check_args(x, alpha_exp, inv_beta)
-    if _wants_triton(x, alpha_exp, inv_beta):
-        launcher = _get_launcher()
-        if launcher is not None:
-            try:
-                return launcher(x, alpha_exp, inv_beta)
-            except Exception as exc:  # compile/launch errors come in many types; inputs were checked above
-                _record_failure(exc)
-    return snake_beta_reference(x, alpha_exp, inv_beta)
+    return _route.run((x, alpha_exp, inv_beta), snake_beta_reference,
+                      wanted=_wants_triton(x, alpha_exp, inv_beta))

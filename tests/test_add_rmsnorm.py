@@ -9,26 +9,22 @@ fallbacks and the op registration are tested in-process with stand-in launchers.
 """
 from __future__ import annotations
 
-import collections
-import json
-import logging
 import operator
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kernels import add_rmsnorm  # noqa: E402
-from kernels.add_rmsnorm_reference import add_rms_norm_reference  # noqa: E402
-from kernels.rmsnorm_reference import rms_norm_reference  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, forbid_triton,
+                            fresh_route, run_interpreter_child, save_child_results, skip_if_interpreting,
+                            use_launcher)
+from kernels import add_rmsnorm
+from kernels.add_rmsnorm_reference import add_rms_norm_reference
+from kernels.rmsnorm_reference import rms_norm_reference
 
 EPS = 1e-6
 OP_NAME = "qwen3tts.add_rms_norm"
@@ -190,13 +186,7 @@ def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("add_rmsnorm_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
     torch.save(_strided_inputs(), work_dir / "strided.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{add_rmsnorm.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, add_rmsnorm.CPU_TRITON_ENV, timeout=120)
     return (torch.load(work_dir / "cases.pt"), torch.load(work_dir / "strided.pt"),
             torch.load(work_dir / "outputs.pt"), info)
 
@@ -211,8 +201,7 @@ def test_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("name", list(_all_cases()))
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     _, _, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     for got, kernel in zip(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"]):
         assert torch.equal(got.view(INT_VIEW[got.dtype]), kernel.view(INT_VIEW[kernel.dtype]))
 
@@ -251,25 +240,15 @@ def test_op_is_one_dispatch_on_triton_path(interpreted):
 # Op registration, counting, tracing (in-process; CPU default path = reference inside the op)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_op_counts_as_one_launch(device):
     x, r, w = (t.to(device) for t in _make((3, 2, 1024), torch.bfloat16, seed=7))
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         normed, summed = add_rmsnorm.add_rms_norm(x, r, w, EPS)
     assert dict(counter.counts) == {OP_NAME: 1}
     for t in (normed, summed):
         assert t.shape == x.shape and t.dtype == torch.bfloat16 and t.device.type == device
-    with torch.no_grad(), _OpCounter() as eager:
+    with torch.no_grad(), OpCounter() as eager:
         add_rms_norm_reference(x, r, w, EPS)
     assert sum(eager.counts.values()) >= 8, eager.counts  # what the op replaces
 
@@ -299,23 +278,14 @@ def test_opcheck(dtypes):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(add_rmsnorm, "_failure", None)
-    monkeypatch.setattr(add_rmsnorm, "_launcher", None)
-    monkeypatch.delenv(add_rmsnorm.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, add_rmsnorm)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, x, residual, weight, eps):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
+def _stand_in():
+    def result(x, residual, weight, eps):
         normed, summed = add_rms_norm_reference(x, residual, weight, eps)
         return normed + 1.0, summed + 1.0  # distinguishable from eager
+    return CountingLauncher(result)
 
 
 def _assert_same(got, want):
@@ -323,16 +293,14 @@ def _assert_same(got, want):
 
 
 def test_cpu_default_uses_reference_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(add_rmsnorm, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, add_rmsnorm)
     for dtype in (torch.float32, torch.bfloat16):
         x, r, w = _make((3, 5, 128), dtype, seed=1)
         _assert_same(add_rmsnorm.add_rms_norm(x, r, w, EPS), add_rms_norm_reference(x, r, w, EPS))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(add_rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(add_rmsnorm.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, add_rmsnorm, _stand_in())
     x, r, w = _make((7, 1024), torch.float32, seed=1)
     normed, summed = add_rms_norm_reference(x, r, w, EPS)
     _assert_same(add_rmsnorm.add_rms_norm(x, r, w, EPS), (normed + 1.0, summed + 1.0))
@@ -345,9 +313,7 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(add_rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(add_rmsnorm.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, add_rmsnorm, _stand_in())
     x, r, w = _make((4, 128), torch.float32, seed=2)
     w.requires_grad_(True)  # a module's Parameter
     normed, summed = add_rmsnorm.add_rms_norm(x, r, w, EPS)
@@ -362,44 +328,28 @@ def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
     assert launcher.num_calls == 2, "without grad mode the kernel must be used"
 
 
+def _check_is_reference(x, r, w):
+    return lambda got: _assert_same(got, add_rms_norm_reference(x, r, w, EPS))
+
+
 def test_failure_is_logged_once_and_remembered(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(add_rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(add_rmsnorm.CPU_TRITON_ENV, "1")
     x, r, w = _make((3, 5, 128), torch.bfloat16, seed=3)
-    with caplog.at_level(logging.WARNING, logger=add_rmsnorm.__name__):
-        for _ in range(4):
-            _assert_same(add_rmsnorm.add_rms_norm(x, r, w, EPS), add_rms_norm_reference(x, r, w, EPS))
-    assert launcher.num_calls == 1
-    warnings = [rec for rec in caplog.records if rec.name == add_rmsnorm.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert add_rmsnorm.triton_failure() == "RuntimeError: ptxas died"
-    add_rmsnorm.reset_triton_failure()
-    add_rmsnorm.add_rms_norm(x, r, w, EPS)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, add_rmsnorm,
+                                             lambda: add_rmsnorm.add_rms_norm(x, r, w, EPS), _check_is_reference(x, r, w))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.add_rmsnorm_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(add_rmsnorm.CPU_TRITON_ENV, "1")
     x, r, w = _make((2, 128), torch.float32, seed=4)
-    with caplog.at_level(logging.WARNING, logger=add_rmsnorm.__name__):
-        for _ in range(3):
-            _assert_same(add_rmsnorm.add_rms_norm(x, r, w, EPS), add_rms_norm_reference(x, r, w, EPS))
-    assert add_rmsnorm.triton_failure().startswith("ModuleNotFoundError")
-    assert len([rec for rec in caplog.records if rec.name == add_rmsnorm.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, add_rmsnorm,
+                                     lambda: add_rmsnorm.add_rms_norm(x, r, w, EPS), _check_is_reference(x, r, w))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import add_rmsnorm_triton
 
-    if add_rmsnorm_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(add_rmsnorm.CPU_TRITON_ENV, "1")
     x, r, w = _make((2, 1024), torch.bfloat16, seed=5)
-    _assert_same(add_rmsnorm.add_rms_norm(x, r, w, EPS), add_rms_norm_reference(x, r, w, EPS))
-    assert add_rmsnorm.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, add_rmsnorm, add_rmsnorm_triton,
+                                         lambda: add_rmsnorm.add_rms_norm(x, r, w, EPS), _check_is_reference(x, r, w))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -420,30 +370,16 @@ def test_bad_arguments_raise_value_error(fresh_dispatcher, bad, match):
 def test_kernel_compiles_for_hopper(dtype):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the bit-level bf16 handling, the
     correctly rounded divide and 16-byte vector loads/stores when the row strides are multiples of 16."""
-    import re
-
     from kernels import add_rmsnorm_triton
 
-    if add_rmsnorm_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    skip_if_interpreting(add_rmsnorm_triton)
     signature = {"x_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
                  "s_ptr": f"*{dtype}", "num_rows": "i32", "num_cols": "i32", "num_cols_f": "fp32",
                  "x_row_stride": "i32", "r_row_stride": "i32", "out_row_stride": "i32", "eps": "fp32",
                  "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-    source = ASTSource(add_rmsnorm_triton._add_rms_norm_kernel, signature, {"BLOCK_M": 1, "BLOCK_N": 2048},
-                       {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6, 8, 9, 10)})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 8, **add_rmsnorm_triton.LAUNCH_OPTIONS})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(add_rmsnorm_triton._add_rms_norm_kernel, signature, {"BLOCK_M": 1, "BLOCK_N": 2048},
+                                (0, 1, 2, 3, 4, 6, 8, 9, 10), num_warps=8, **add_rmsnorm_triton.LAUNCH_OPTIONS)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "div.rn.f32" in ptx and "rsqrt.approx" in ptx
     assert len(re.findall(r"ld\.global[^\n]*\.v4", ptx)) >= 2, "x and residual: 16-byte loads"
     assert len(re.findall(r"st\.global[^\n]*\.v4", ptx)) >= 2, "summed and normed: 16-byte stores"
@@ -469,20 +405,10 @@ def _run_child(work_dir: Path) -> None:
         outputs[f"strided/{name}"] = add_rms_norm_triton(x, r, w, EPS)
     x, r, w = cases["bf16-3x2x1024"]
     outputs["collapsed/6x1024"] = add_rms_norm_triton(x.reshape(6, 1024), r.reshape(6, 1024), w, EPS)
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         add_rmsnorm.add_rms_norm(x, r, w, EPS)
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": add_rmsnorm.triton_failure(),
-        "dispatcher_loaded_launcher": add_rmsnorm._launcher is not None,
-        "triton_path_op_counts": dict(counter.counts),
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, add_rmsnorm, is_interpreting(), counter)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_add_rmsnorm.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

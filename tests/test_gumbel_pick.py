@@ -10,22 +10,18 @@ CUDA (bit-exact noise on the GPU, CUDA-graph capture) skip on machines without o
 """
 from __future__ import annotations
 
-import collections
-import json
-import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
+                            forbid_triton, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
 
 # In the child TRITON_INTERPRET=1 is already in the environment, so these jit functions interpret.
 import triton  # noqa: E402
@@ -221,14 +217,7 @@ def test_tie_cases_really_tie():
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("gumbel_interp")
     torch.save(_cases(), work_dir / "cases.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT),
-               **{gumbel_pick.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=180,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, gumbel_pick.CPU_TRITON_ENV, timeout=180)
     return torch.load(work_dir / "cases.pt"), torch.load(work_dir / "outputs.pt"), info
 
 
@@ -247,8 +236,7 @@ def test_kernel_matches_reference(interpreted, name):
 
 def test_dispatcher_uses_triton_when_forced(interpreted):
     cases, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     for name in cases:
         assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"]), name
 
@@ -298,26 +286,16 @@ def test_interpreter_noise_differs_from_torch_only_by_the_log_library(interprete
 # Op registration, counting, tracing (in-process; CPU default path = reference inside the op)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("with_table", [False, True])
 def test_op_counts_as_one_launch(device, with_table):
     values, ids, keys = (t.to(device) for t in _cases()["cand64"])
     table = _table().to(device) if with_table else None
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         out = gumbel_pick.gumbel_pick(values, ids, keys, table)
     assert dict(counter.counts) == {OP_NAME: 1}
     assert out.shape == (values.shape[0],) and out.dtype == torch.int64 and out.device.type == device
-    with torch.no_grad(), _OpCounter() as eager:
+    with torch.no_grad(), OpCounter() as eager:
         gumbel_pick_reference(values, ids, keys, table)
     assert sum(eager.counts.values()) >= 20, eager.counts  # what the op replaces
 
@@ -344,22 +322,11 @@ def test_opcheck(with_table):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(gumbel_pick, "_failure", None)
-    monkeypatch.setattr(gumbel_pick, "_launcher", None)
-    monkeypatch.delenv(gumbel_pick.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, gumbel_pick)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, values, token_ids, keys, hashes):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        return gumbel_pick_reference(values, token_ids, keys, hashes) + 100_000  # distinguishable
+def _stand_in():
+    return CountingLauncher(lambda *args: gumbel_pick_reference(*args) + 100_000)  # distinguishable
 
 
 def _small_case():
@@ -368,16 +335,14 @@ def _small_case():
 
 
 def test_cpu_default_uses_reference_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(gumbel_pick, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, gumbel_pick)
     values, ids, keys = _small_case()
     for table in (None, _table()):
         assert torch.equal(gumbel_pick.gumbel_pick(values, ids, keys, table), gumbel_pick_reference(values, ids, keys))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(gumbel_pick, "_launcher", launcher)
-    fresh_dispatcher.setenv(gumbel_pick.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, gumbel_pick, _stand_in())
     values, ids, keys = _small_case()
     ref = gumbel_pick_reference(values, ids, keys)
     assert torch.equal(gumbel_pick.gumbel_pick(values, ids, keys, _table()), ref + 100_000)
@@ -396,42 +361,23 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_remembered(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(gumbel_pick, "_launcher", launcher)
-    fresh_dispatcher.setenv(gumbel_pick.CPU_TRITON_ENV, "1")
     values, ids, keys = _small_case()
-    ref = gumbel_pick_reference(values, ids, keys)
-    with caplog.at_level(logging.WARNING, logger=gumbel_pick.__name__):
-        for _ in range(4):
-            assert torch.equal(gumbel_pick.gumbel_pick(values, ids, keys), ref)
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == gumbel_pick.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert gumbel_pick.triton_failure() == "RuntimeError: ptxas died"
-    gumbel_pick.reset_triton_failure()
-    gumbel_pick.gumbel_pick(values, ids, keys)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, gumbel_pick,
+                                             lambda: gumbel_pick.gumbel_pick(values, ids, keys),
+                                             equal_to(gumbel_pick_reference(values, ids, keys)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.gumbel_pick_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(gumbel_pick.CPU_TRITON_ENV, "1")
     values, ids, keys = _small_case()
-    with caplog.at_level(logging.WARNING, logger=gumbel_pick.__name__):
-        for _ in range(3):
-            assert torch.equal(gumbel_pick.gumbel_pick(values, ids, keys), gumbel_pick_reference(values, ids, keys))
-    assert gumbel_pick.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == gumbel_pick.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, gumbel_pick,
+                                     lambda: gumbel_pick.gumbel_pick(values, ids, keys),
+                                     equal_to(gumbel_pick_reference(values, ids, keys)))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
-    if gpt.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(gumbel_pick.CPU_TRITON_ENV, "1")
     values, ids, keys = _small_case()
-    assert torch.equal(gumbel_pick.gumbel_pick(values, ids, keys), gumbel_pick_reference(values, ids, keys))
-    assert gumbel_pick.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, gumbel_pick, gpt, lambda: gumbel_pick.gumbel_pick(values, ids, keys),
+                                         equal_to(gumbel_pick_reference(values, ids, keys)))
 
 
 @pytest.mark.parametrize("mutate, match", [
@@ -461,24 +407,13 @@ def test_kernel_compiles_for_hopper():
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): 32-bit wrap-around multiplies, logical
     shifts, an unsigned int -> float convert, and tl.log lowered to libdevice's __nv_logf (the function
     behind CUDA's logf, which torch.log calls for fp32 on the GPU), not lg2.approx."""
-    if gpt.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    skip_if_interpreting(gpt)
     signature = {"values_ptr": "*fp32", "tokens_ptr": "*i64", "keys_ptr": "*i64", "hashes_ptr": "*i64",
                  "out_ptr": "*i64", "num_cols": "i32", "values_row_stride": "i32", "tokens_row_stride": "i32",
                  "keys_stride": "i32", "HAS_HASHES": "constexpr", "BLOCK_K": "constexpr"}
-    source = ASTSource(gpt._gumbel_pick_kernel, signature, {"HAS_HASHES": False, "BLOCK_K": 2048})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 8, "enable_fp_fusion": False})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(gpt._gumbel_pick_kernel, signature, {"HAS_HASHES": False, "BLOCK_K": 2048},
+                                num_warps=8, enable_fp_fusion=False)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "__nv_logf" in ptx and "lg2.approx" not in ptx
     for op in ("mul.lo.s32", "shr.u32", "cvt.rn.f32.u32"):
         assert op in ptx, op
@@ -536,6 +471,7 @@ def test_cuda_graph_capture_and_replay():
 
 
 def _run_child(work_dir: Path) -> None:
+    torch.set_num_threads(1)  # as tests/conftest.py does for the parent: the 2-core CI runs both at once
     cases = torch.load(work_dir / "cases.pt")
     table = _table()
     outputs = {}
@@ -548,21 +484,10 @@ def _run_child(work_dir: Path) -> None:
     outputs["bits/table"] = _hash_bits_triton(keys, tokens, table)
     outputs["noise_table"] = _noise_table_triton("cpu")
     values, ids, keys = cases["k5"]
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         gumbel_pick.gumbel_pick(values, ids, keys, table)
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": gpt.is_interpreting(),
-        "dispatcher_failure": gumbel_pick.triton_failure(),
-        "dispatcher_loaded_launcher": gumbel_pick._launcher is not None,
-        "triton_path_op_counts": dict(counter.counts),
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, gumbel_pick, gpt.is_interpreting(), counter)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        torch.set_num_threads(1)
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_gumbel_pick.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

@@ -8,26 +8,22 @@ outputs; every comparison happens here in the parent.
 """
 from __future__ import annotations
 
-import json
-import logging
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import kernels.qk_norm_rope as qkr  # noqa: E402
-from kernels.qk_norm_rope_reference import apply_rope, qk_norm_rope_reference  # noqa: E402
-from talker_service.model.layers import RMSNorm, rope_tables  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, forbid_triton,
+                            fresh_route, run_interpreter_child, save_child_results, skip_if_interpreting,
+                            use_launcher)
+import kernels.qk_norm_rope as qkr
+from kernels.qk_norm_rope_reference import apply_rope, qk_norm_rope_reference
+from talker_service.model.layers import RMSNorm, rope_tables
 
 EPS = 1e-6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -149,13 +145,7 @@ def test_reference_bf16_rounds_like_the_model_not_like_fp32():
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("qkrope_interp")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{qkr.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, qkr.CPU_TRITON_ENV, timeout=300)
     assert info["is_interpreting"], "the child must run the Triton interpreter, not a GPU kernel"
     return _all_cases(), torch.load(work_dir / "outputs.pt"), info
 
@@ -229,8 +219,7 @@ def test_inputs_are_strided_views(interpreted):
 @pytest.mark.parametrize("name", [n for n in _all_cases() if n.split("-")[1] in SPEC_SHAPES])
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     cases, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     for got, kernel in zip(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"]):
         assert torch.equal(got, kernel)
 
@@ -241,23 +230,14 @@ def test_dispatcher_uses_triton_when_forced(interpreted, name):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(qkr, "_failure", None)
-    monkeypatch.setattr(qkr, "_launcher", None)
-    monkeypatch.delenv(qkr.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, qkr)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, q, k, q_weight, k_weight, cos, sin, eps):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        q_out, k_out = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
+def _stand_in():
+    def result(*args):
+        q_out, k_out = qk_norm_rope_reference(*args)
         return (q_out + 1).contiguous(), (k_out + 1).contiguous()  # distinguishable from eager
+    return CountingLauncher(result)
 
 
 def _small_args(dtype=torch.float32, seed=1):
@@ -270,15 +250,13 @@ def _assert_is_reference(outs, args, plus=0):
 
 
 def test_cpu_uses_eager_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(qkr, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, qkr)
     args = _small_args(torch.bfloat16)
     _assert_is_reference(qkr.qk_norm_rope(*args, EPS), args)
 
 
 def test_forced_cpu_path_calls_launcher_and_routes_unsupported_inputs(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(qkr, "_launcher", launcher)
-    fresh_dispatcher.setenv(qkr.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, qkr, _stand_in())
     args = _small_args()
     _assert_is_reference(qkr.qk_norm_rope(*args, EPS), args, plus=1)
     assert launcher.num_calls == 1
@@ -299,9 +277,7 @@ def test_forced_cpu_path_calls_launcher_and_routes_unsupported_inputs(fresh_disp
 
 
 def test_grad_path_uses_eager_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(qkr, "_launcher", launcher)
-    fresh_dispatcher.setenv(qkr.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, qkr, _stand_in())
     q, k, qw, kw, cos, sin = _small_args(seed=2)
     qw = qw.clone().requires_grad_(True)
     q_out, k_out = qkr.qk_norm_rope(q, k, qw, kw, cos, sin, EPS)
@@ -314,43 +290,23 @@ def test_grad_path_uses_eager_and_backprops(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_never_retried(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(qkr, "_launcher", launcher)
-    fresh_dispatcher.setenv(qkr.CPU_TRITON_ENV, "1")
     args = _small_args(torch.bfloat16, seed=3)
-    with caplog.at_level(logging.WARNING, logger=qkr.__name__):
-        for _ in range(4):
-            _assert_is_reference(qkr.qk_norm_rope(*args, EPS), args)
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == qkr.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert qkr.triton_failure() == "RuntimeError: ptxas died"
-    qkr.reset_triton_failure()
-    qkr.qk_norm_rope(*args, EPS)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, qkr, lambda: qkr.qk_norm_rope(*args, EPS),
+                                             lambda outs: _assert_is_reference(outs, args))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.qk_norm_rope_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(qkr.CPU_TRITON_ENV, "1")
     args = _small_args(seed=4)
-    with caplog.at_level(logging.WARNING, logger=qkr.__name__):
-        for _ in range(3):
-            _assert_is_reference(qkr.qk_norm_rope(*args, EPS), args)
-    assert qkr.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == qkr.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, qkr, lambda: qkr.qk_norm_rope(*args, EPS),
+                                     lambda outs: _assert_is_reference(outs, args))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import qk_norm_rope_triton
 
-    if qk_norm_rope_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(qkr.CPU_TRITON_ENV, "1")
     args = _small_args(torch.bfloat16, seed=5)
-    _assert_is_reference(qkr.qk_norm_rope(*args, EPS), args)
-    assert qkr.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, qkr, qk_norm_rope_triton, lambda: qkr.qk_norm_rope(*args, EPS),
+                                         lambda outs: _assert_is_reference(outs, args))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -366,23 +322,13 @@ def test_bad_arguments_raise_value_error(fresh_dispatcher, bad, match):
     assert qkr.triton_failure() is None, "bad input must not disable the kernel"
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def test_custom_op_is_one_op_under_dispatch_mode(fresh_dispatcher):
     args = _small_args(torch.bfloat16, seed=7)
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         outs = qkr.qk_norm_rope(*args, EPS)
     assert counter.ops == ["qwen3tts.qk_norm_rope.default"]
     _assert_is_reference(outs, args)
-    with torch.no_grad(), _OpCounter() as eager:
+    with torch.no_grad(), OpCounter() as eager:
         qk_norm_rope_reference(*args, EPS)
     assert len(eager.ops) >= 20, eager.ops  # what the op replaces
 
@@ -418,29 +364,17 @@ def test_kernel_compiles_for_hopper_without_fma():
     (what torch.rsqrt's rsqrtf uses on CUDA) and no product is contracted into an FMA."""
     from kernels import qk_norm_rope_triton as qkt
 
-    if qkt.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
+    skip_if_interpreting(qkt)
     import inspect
-
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
 
     names = list(inspect.signature(qkt._qk_norm_rope_kernel.fn).parameters)
     constexprs = {"BLOCK_H": 2, "HALF": 64, "ROUND": 1}
     signature = {n: "constexpr" if n in constexprs else "*bf16" if n.endswith("_ptr") else
                  "fp32" if n == "eps" else "i32" for n in names}
     divisible = [i for i, n in enumerate(names) if n.endswith("_ptr") or "stride" in n]
-    source = ASTSource(qkt._qk_norm_rope_kernel, signature, constexprs,
-                       {(i,): [["tt.divisibility", 16]] for i in divisible})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 1, **qkt.LAUNCH_OPTIONS})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(qkt._qk_norm_rope_kernel, signature, constexprs, divisible,
+                                num_warps=1, **qkt.LAUNCH_OPTIONS)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "rsqrt.approx" in ptx
     assert not re.search(r"\bfma\.rn\.f32", ptx), "FMA contraction changes the eager rounding"
 
@@ -469,17 +403,8 @@ def _run_child(work_dir: Path) -> None:
             outputs[f"dispatch/{name}"] = qkr.qk_norm_rope(*args, EPS)
     for name, block_h in FORCED:
         outputs[f"forced/{name}/bh{block_h}"] = qk_norm_rope_triton(*cases[name], EPS, block_h=block_h)
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": qkr.triton_failure(),
-        "dispatcher_loaded_launcher": qkr._launcher is not None,
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, qkr, is_interpreting())
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_qk_norm_rope.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

@@ -8,24 +8,20 @@ fallbacks and the op registration are tested in-process with stand-in launchers.
 """
 from __future__ import annotations
 
-import collections
-import json
-import logging
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kernels import rmsnorm  # noqa: E402
-from kernels.rmsnorm_reference import rms_norm_reference  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
+                            forbid_triton, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
+from kernels import rmsnorm
+from kernels.rmsnorm_reference import rms_norm_reference
 
 EPS = 1e-6
 OP_NAME = "qwen3tts.rms_norm"
@@ -96,13 +92,7 @@ def _assert_matches_reference(y, x, w):
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("rmsnorm_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{rmsnorm.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, rmsnorm.CPU_TRITON_ENV, timeout=120)
     return torch.load(work_dir / "cases.pt"), torch.load(work_dir / "outputs.pt"), info
 
 
@@ -117,8 +107,7 @@ def test_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("name", list(_all_cases()))
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     cases, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"])
 
 
@@ -155,24 +144,14 @@ def test_op_is_one_dispatch_on_triton_path(interpreted):
 # Op registration, counting, tracing (in-process; CPU default path = reference inside the op)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_op_counts_as_one_launch(device):
     x, w = (t.to(device) for t in _make((3, 5, 128), torch.bfloat16, seed=7))
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         y = rmsnorm.rms_norm(x, w, EPS)
     assert dict(counter.counts) == {OP_NAME: 1}
     assert y.shape == x.shape and y.dtype == torch.bfloat16 and y.device.type == device
-    with torch.no_grad(), _OpCounter() as eager:
+    with torch.no_grad(), OpCounter() as eager:
         rms_norm_reference(x, w, EPS)
     assert sum(eager.counts.values()) >= 7, eager.counts  # what the op replaces
 
@@ -199,35 +178,22 @@ def test_opcheck(dtypes):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(rmsnorm, "_failure", None)
-    monkeypatch.setattr(rmsnorm, "_launcher", None)
-    monkeypatch.delenv(rmsnorm.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, rmsnorm)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, x, weight, eps):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        return rms_norm_reference(x, weight, eps) + 1.0  # distinguishable from eager
+def _stand_in():
+    return CountingLauncher(lambda x, w, eps: rms_norm_reference(x, w, eps) + 1.0)  # distinguishable from eager
 
 
 def test_cpu_default_uses_reference_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(rmsnorm, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, rmsnorm)
     for dtype in (torch.float32, torch.bfloat16):
         x, w = _make((3, 5, 128), dtype, seed=1)
         assert torch.equal(rmsnorm.rms_norm(x, w, EPS), rms_norm_reference(x, w, EPS))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(rmsnorm.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, rmsnorm, _stand_in())
     x, w = _make((7, 1024), torch.float32, seed=1)
     assert torch.equal(rmsnorm.rms_norm(x, w, EPS), rms_norm_reference(x, w, EPS) + 1.0)
     # no kernel for fp64 or for rows past 8192: eager, launcher untouched
@@ -239,9 +205,7 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(rmsnorm.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, rmsnorm, _stand_in())
     x, w = _make((4, 128), torch.float32, seed=2)
     w.requires_grad_(True)  # a module's Parameter
     y = rmsnorm.rms_norm(x, w, EPS)
@@ -256,43 +220,23 @@ def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_remembered(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(rmsnorm, "_launcher", launcher)
-    fresh_dispatcher.setenv(rmsnorm.CPU_TRITON_ENV, "1")
     x, w = _make((3, 5, 128), torch.bfloat16, seed=3)
-    with caplog.at_level(logging.WARNING, logger=rmsnorm.__name__):
-        for _ in range(4):
-            assert torch.equal(rmsnorm.rms_norm(x, w, EPS), rms_norm_reference(x, w, EPS))
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == rmsnorm.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert rmsnorm.triton_failure() == "RuntimeError: ptxas died"
-    rmsnorm.reset_triton_failure()
-    rmsnorm.rms_norm(x, w, EPS)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, rmsnorm, lambda: rmsnorm.rms_norm(x, w, EPS),
+                                             equal_to(rms_norm_reference(x, w, EPS)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.rmsnorm_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(rmsnorm.CPU_TRITON_ENV, "1")
     x, w = _make((2, 128), torch.float32, seed=4)
-    with caplog.at_level(logging.WARNING, logger=rmsnorm.__name__):
-        for _ in range(3):
-            assert torch.equal(rmsnorm.rms_norm(x, w, EPS), rms_norm_reference(x, w, EPS))
-    assert rmsnorm.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == rmsnorm.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, rmsnorm, lambda: rmsnorm.rms_norm(x, w, EPS),
+                                     equal_to(rms_norm_reference(x, w, EPS)))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import rmsnorm_triton
 
-    if rmsnorm_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(rmsnorm.CPU_TRITON_ENV, "1")
     x, w = _make((2, 1024), torch.bfloat16, seed=5)
-    assert torch.equal(rmsnorm.rms_norm(x, w, EPS), rms_norm_reference(x, w, EPS))
-    assert rmsnorm.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, rmsnorm, rmsnorm_triton, lambda: rmsnorm.rms_norm(x, w, EPS),
+                                         equal_to(rms_norm_reference(x, w, EPS)))
 
 
 @pytest.mark.parametrize("bad_w, match", [
@@ -322,28 +266,15 @@ def test_choose_block():
 def test_kernel_compiles_for_hopper(dtype):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the bit-level bf16 rounding, the
     correctly rounded divide and 16-byte vector loads when the row stride is a multiple of 16."""
-    import re
-
     from kernels import rmsnorm_triton
 
-    if rmsnorm_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    skip_if_interpreting(rmsnorm_triton)
     signature = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "num_rows": "i32",
                  "num_cols": "i32", "num_cols_f": "fp32", "x_row_stride": "i32", "y_row_stride": "i32",
                  "eps": "fp32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-    source = ASTSource(rmsnorm_triton._rms_norm_kernel, signature, {"BLOCK_M": 1, "BLOCK_N": 2048},
-                       {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 4, 6, 7)})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(rmsnorm_triton._rms_norm_kernel, signature, {"BLOCK_M": 1, "BLOCK_N": 2048},
+                                (0, 1, 2, 4, 6, 7), num_warps=8)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "div.rn.f32" in ptx and "rsqrt.approx" in ptx
     assert re.search(r"ld\.global[^\n]*\.v4", ptx) and re.search(r"st\.global[^\n]*\.v4", ptx)
 
@@ -371,20 +302,10 @@ def _run_child(work_dir: Path) -> None:
     outputs["strided/row_slice"] = rms_norm_triton(big[..., 16:144], w, EPS)
     outputs["strided/every_other"] = rms_norm_triton(big[:, ::2, 16:144], w, EPS)
     outputs["strided/col_step"] = rms_norm_triton(big[..., ::2][..., :80], w[:80], EPS)
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         rmsnorm.rms_norm(x, w, EPS)
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": rmsnorm.triton_failure(),
-        "dispatcher_loaded_launcher": rmsnorm._launcher is not None,
-        "triton_path_op_counts": dict(counter.counts),
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, rmsnorm, is_interpreting(), counter)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_rmsnorm.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

@@ -12,25 +12,21 @@ up the rounding of the product as well.
 """
 from __future__ import annotations
 
-import collections
-import json
-import logging
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kernels import silu_mul  # noqa: E402
-from kernels.silu_mul_reference import silu_mul_reference  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
+                            forbid_triton, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
+from kernels import silu_mul
+from kernels.silu_mul_reference import silu_mul_reference
 
 OP_NAME = "qwen3tts.silu_mul"
 INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
@@ -159,13 +155,7 @@ def test_reference_bf16_rounds_twice():
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("silu_mul_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{silu_mul.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, silu_mul.CPU_TRITON_ENV, timeout=120)
     return torch.load(work_dir / "cases.pt"), torch.load(work_dir / "outputs.pt"), info
 
 
@@ -179,8 +169,7 @@ def test_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("name", list(_all_cases()))
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     cases, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     assert torch.equal(_bits(outputs[f"dispatch/{name}"]), _bits(outputs[f"kernel/{name}"]))
 
 
@@ -214,24 +203,14 @@ def test_op_is_one_dispatch_on_triton_path(interpreted):
 # Op registration, counting, tracing (in-process; CPU default path = reference inside the op)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_op_counts_as_one_launch(device):
     gate_up = _make((3, 2, 2 * 384), torch.bfloat16, seed=7).to(device)
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         y = silu_mul.silu_mul(gate_up)
     assert dict(counter.counts) == {OP_NAME: 1}
     assert y.shape == (3, 2, 384) and y.dtype == torch.bfloat16 and y.device.type == device
-    with torch.no_grad(), _OpCounter() as eager:
+    with torch.no_grad(), OpCounter() as eager:
         silu_mul_reference(gate_up)
     assert eager.counts["aten.silu"] == 1 and eager.counts["aten.mul"] == 1, eager.counts  # what the op replaces
 
@@ -258,35 +237,22 @@ def test_opcheck(dtype):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(silu_mul, "_failure", None)
-    monkeypatch.setattr(silu_mul, "_launcher", None)
-    monkeypatch.delenv(silu_mul.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, silu_mul)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, gate_up):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        return silu_mul_reference(gate_up) + 1.0  # distinguishable from eager
+def _stand_in():
+    return CountingLauncher(lambda gate_up: silu_mul_reference(gate_up) + 1.0)  # distinguishable from eager
 
 
 def test_cpu_default_uses_reference_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(silu_mul, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, silu_mul)
     for dtype in (torch.float32, torch.bfloat16):
         gate_up = _make((3, 5, 256), dtype, seed=1)
         assert torch.equal(silu_mul.silu_mul(gate_up), silu_mul_reference(gate_up))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(silu_mul, "_launcher", launcher)
-    fresh_dispatcher.setenv(silu_mul.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, silu_mul, _stand_in())
     gate_up = _make((7, 512), torch.float32, seed=1)
     assert torch.equal(silu_mul.silu_mul(gate_up), silu_mul_reference(gate_up) + 1.0)
     # no kernel for fp64, nothing to do for an empty input: eager, launcher untouched
@@ -297,9 +263,7 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(silu_mul, "_launcher", launcher)
-    fresh_dispatcher.setenv(silu_mul.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, silu_mul, _stand_in())
     gate_up = _make((4, 256), torch.float32, seed=2).requires_grad_(True)
     y = silu_mul.silu_mul(gate_up)
     assert launcher.num_calls == 0 and y.requires_grad
@@ -314,43 +278,23 @@ def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_remembered(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(silu_mul, "_launcher", launcher)
-    fresh_dispatcher.setenv(silu_mul.CPU_TRITON_ENV, "1")
     gate_up = _make((3, 5, 256), torch.bfloat16, seed=3)
-    with caplog.at_level(logging.WARNING, logger=silu_mul.__name__):
-        for _ in range(4):
-            assert torch.equal(silu_mul.silu_mul(gate_up), silu_mul_reference(gate_up))
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == silu_mul.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert silu_mul.triton_failure() == "RuntimeError: ptxas died"
-    silu_mul.reset_triton_failure()
-    silu_mul.silu_mul(gate_up)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, silu_mul, lambda: silu_mul.silu_mul(gate_up),
+                                             equal_to(silu_mul_reference(gate_up)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.silu_mul_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(silu_mul.CPU_TRITON_ENV, "1")
     gate_up = _make((2, 256), torch.float32, seed=4)
-    with caplog.at_level(logging.WARNING, logger=silu_mul.__name__):
-        for _ in range(3):
-            assert torch.equal(silu_mul.silu_mul(gate_up), silu_mul_reference(gate_up))
-    assert silu_mul.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == silu_mul.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, silu_mul, lambda: silu_mul.silu_mul(gate_up),
+                                     equal_to(silu_mul_reference(gate_up)))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import silu_mul_triton
 
-    if silu_mul_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(silu_mul.CPU_TRITON_ENV, "1")
     gate_up = _make((2, 2048), torch.bfloat16, seed=5)
-    assert torch.equal(silu_mul.silu_mul(gate_up), silu_mul_reference(gate_up))
-    assert silu_mul.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, silu_mul, silu_mul_triton, lambda: silu_mul.silu_mul(gate_up),
+                                         equal_to(silu_mul_reference(gate_up)))
 
 
 @pytest.mark.parametrize("shape", [(), (3, 7)])
@@ -374,28 +318,14 @@ def test_choose_block():
 def test_kernel_compiles_for_hopper(dtype):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the libdevice expf branch, the correctly
     rounded divide and 16-byte vector loads/stores when I and the row strides are multiples of 16."""
-    import re
-
     from kernels import silu_mul_triton
 
-    if silu_mul_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    skip_if_interpreting(silu_mul_triton)
     signature = {"gu_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "inter": "i32", "gu_row_stride": "i32",
                  "out_row_stride": "i32", "BLOCK": "constexpr", "EXP64": "constexpr"}
-    source = ASTSource(silu_mul_triton._silu_mul_kernel, signature, {"BLOCK": 1024, "EXP64": False},
-                       {(i,): [["tt.divisibility", 16]] for i in range(5)})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 4, **silu_mul_triton.LAUNCH_OPTIONS})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(silu_mul_triton._silu_mul_kernel, signature, {"BLOCK": 1024, "EXP64": False},
+                                range(5), num_warps=4, **silu_mul_triton.LAUNCH_OPTIONS)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "div.rn.f32" in ptx and "ex2.approx" in ptx  # __nv_expf is inlined (its core is ex2.approx)
     assert not re.search(r"^\s*call", ptx, re.M), "libdevice expf should be inlined"
     assert re.search(r"ld\.global[^\n]*\.v4", ptx) and re.search(r"st\.global[^\n]*\.v[24]", ptx)
@@ -418,20 +348,10 @@ def _run_child(work_dir: Path) -> None:
     for name, gate_up in _strided_inputs().items():
         outputs[f"strided/{name}"] = silu_mul_triton(gate_up)
     outputs["collapsed/8x6144"] = silu_mul_triton(cases["bf16-4x2x6144"].reshape(8, 6144))
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         silu_mul.silu_mul(cases["bf16-4x2x6144"])
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": silu_mul.triton_failure(),
-        "dispatcher_loaded_launcher": silu_mul._launcher is not None,
-        "triton_path_op_counts": dict(counter.counts),
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, silu_mul, is_interpreting(), counter)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_silu_mul.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

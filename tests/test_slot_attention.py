@@ -16,25 +16,20 @@ fp16 runs the native dots in the interpreter too, so its bound adds half an fp16
 """
 from __future__ import annotations
 
-import collections
-import json
-import logging
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kernels import slot_attention  # noqa: E402
-from kernels.slot_attention_reference import slot_decode_attention_reference as reference  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
+                            forbid_triton, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
+from kernels import slot_attention
+from kernels.slot_attention_reference import slot_decode_attention_reference as reference
 
 OP_NAME = "qwen3tts.slot_decode_attention"
 HALF_ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
@@ -142,13 +137,7 @@ def _assert_close_to(out, ref, case):
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("slot_attention_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{slot_attention.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, slot_attention.CPU_TRITON_ENV, timeout=300)
     return torch.load(work_dir / "cases.pt"), torch.load(work_dir / "outputs.pt"), info
 
 
@@ -188,8 +177,7 @@ def test_lengths_are_clamped_to_the_slot(interpreted):
 @pytest.mark.parametrize("name", [n for n, c in _all_cases().items() if not c["kwargs"]])
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     _, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"])
 
 
@@ -226,16 +214,6 @@ def test_reference_gqa_matches_repeated_heads():
 # Op registration, counting, tracing (in-process; CPU default path = reference inside the op)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _small(dtype=torch.bfloat16, seed=7, dim=64):
     return _inputs(3, 4, 2, dim, 24, 5, [4, 0, 2], [24, 1, 9], dtype, seed=seed)
 
@@ -243,7 +221,7 @@ def _small(dtype=torch.bfloat16, seed=7, dim=64):
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_op_counts_as_one_launch(device):
     case = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in _small().items()}
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         out = _call(case, slot_attention.slot_decode_attention)
     assert dict(counter.counts) == {OP_NAME: 1}
     assert out.shape == (3, 4, 64) and out.dtype == torch.bfloat16 and out.device.type == device
@@ -272,35 +250,22 @@ def test_opcheck(dtype):
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(slot_attention, "_failure", None)
-    monkeypatch.setattr(slot_attention, "_launcher", None)
-    monkeypatch.delenv(slot_attention.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, slot_attention)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, q, k_cache, v_cache, slots, lengths, scale):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        return reference(q, k_cache, v_cache, slots, lengths, scale) + 1.0  # distinguishable from eager
+def _stand_in():
+    return CountingLauncher(lambda *args: reference(*args) + 1.0)  # distinguishable from eager
 
 
 def test_cpu_default_uses_reference_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(slot_attention, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, slot_attention)
     for dtype in (torch.float32, torch.bfloat16):
         case = _small(dtype)
         assert torch.equal(_call(case, slot_attention.slot_decode_attention), _call(case, reference))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(slot_attention, "_launcher", launcher)
-    fresh_dispatcher.setenv(slot_attention.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, slot_attention, _stand_in())
     case = _small(torch.float32)
     assert torch.equal(_call(case, slot_attention.slot_decode_attention), _call(case, reference) + 1.0)
     # no kernel for fp64, head_dim 96 or 8, or an empty batch: eager, launcher untouched
@@ -315,9 +280,7 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(slot_attention, "_launcher", launcher)
-    fresh_dispatcher.setenv(slot_attention.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, slot_attention, _stand_in())
     case = _small(torch.float32)
     q = case["q"].clone().requires_grad_(True)
     out = _call(dict(case, q=q), slot_attention.slot_decode_attention)
@@ -330,43 +293,26 @@ def test_grad_path_uses_reference_and_backprops(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_remembered(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(slot_attention, "_launcher", launcher)
-    fresh_dispatcher.setenv(slot_attention.CPU_TRITON_ENV, "1")
     case = _small()
-    with caplog.at_level(logging.WARNING, logger=slot_attention.__name__):
-        for _ in range(4):
-            assert torch.equal(_call(case, slot_attention.slot_decode_attention), _call(case, reference))
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == slot_attention.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert slot_attention.triton_failure() == "RuntimeError: ptxas died"
-    slot_attention.reset_triton_failure()
-    _call(case, slot_attention.slot_decode_attention)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, slot_attention,
+                                             lambda: _call(case, slot_attention.slot_decode_attention),
+                                             equal_to(_call(case, reference)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.slot_attention_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(slot_attention.CPU_TRITON_ENV, "1")
     case = _small(torch.float32)
-    with caplog.at_level(logging.WARNING, logger=slot_attention.__name__):
-        for _ in range(3):
-            assert torch.equal(_call(case, slot_attention.slot_decode_attention), _call(case, reference))
-    assert slot_attention.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == slot_attention.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, slot_attention,
+                                     lambda: _call(case, slot_attention.slot_decode_attention),
+                                     equal_to(_call(case, reference)))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import slot_attention_triton
 
-    if slot_attention_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(slot_attention.CPU_TRITON_ENV, "1")
     case = _small()
-    assert torch.equal(_call(case, slot_attention.slot_decode_attention), _call(case, reference))
-    assert slot_attention.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, slot_attention, slot_attention_triton,
+                                         lambda: _call(case, slot_attention.slot_decode_attention),
+                                         equal_to(_call(case, reference)))
 
 
 @pytest.mark.parametrize("change, match", [
@@ -397,18 +343,9 @@ def test_choose_num_splits():
 
 
 def _compile_for_hopper(kernel, signature, constants, num_warps):
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    """Pointers and strides marked 16-divisible, as the JIT specializes them at run time."""
     pointers = [i for i, (name, ty) in enumerate(signature.items()) if ty.startswith("*") or name.startswith("stride")]
-    attrs = {(i,): [["tt.divisibility", 16]] for i in pointers}
-    try:
-        return triton_compile(ASTSource(kernel, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": num_warps})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    return compile_for_hopper(kernel, signature, constants, pointers, num_warps=num_warps)
 
 
 @pytest.mark.parametrize("dtype, splits", [("bf16", 1), ("bf16", 4), ("fp32", 1)])
@@ -417,8 +354,7 @@ def test_kernel_compiles_for_hopper(dtype, splits, monkeypatch):
     sm_90 cubin for the talker's shape: tensor-core MMAs and pipelined async K/V loads."""
     from kernels import slot_attention_triton as sat
 
-    if sat.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
+    skip_if_interpreting(sat)
     # the current default, set to silence Triton 3.9's default-change warning
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     signature = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "slots_ptr": "*i64",
@@ -432,16 +368,14 @@ def test_kernel_compiles_for_hopper(dtype, splits, monkeypatch):
     signature.update({name: "constexpr" for name in constants})
     kernel = _compile_for_hopper(sat._slot_decode_attn_kernel, signature, constants, num_warps)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert "cp.async" in ptx
     if dtype == "bf16":
         assert "mma.sync.aligned" in ptx and ".bf16" in ptx
     if splits > 1:
         merge_sig = {"part_acc_ptr": "*fp32", "part_m_ptr": "*fp32", "part_l_ptr": "*fp32", "out_ptr": f"*{dtype}",
                      "HEAD_DIM": "constexpr", "NUM_SPLITS": "constexpr", "SPLITS_PAD": "constexpr"}
-        merge = _compile_for_hopper(sat._merge_splits_kernel, merge_sig,
-                                    {"HEAD_DIM": 128, "NUM_SPLITS": splits, "SPLITS_PAD": splits}, 2)
-        assert merge.asm["cubin"]
+        _compile_for_hopper(sat._merge_splits_kernel, merge_sig,  # asserts a cubin came out
+                            {"HEAD_DIM": 128, "NUM_SPLITS": splits, "SPLITS_PAD": splits}, 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,20 +394,10 @@ def _run_child(work_dir: Path) -> None:
     clamp = dict(cases["fp32-h6kv2d32"], lengths=torch.tensor([45, 0, 1000]))
     outputs["clamp/one-pass"] = _call(clamp, slot_decode_attention_triton)
     outputs["clamp/split2"] = _call(clamp, slot_decode_attention_triton, num_splits=2)
-    with torch.no_grad(), _OpCounter() as counter:
+    with torch.no_grad(), OpCounter() as counter:
         _call(cases["bf16-h2kv2d16"], slot_attention.slot_decode_attention)
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": slot_attention.triton_failure(),
-        "dispatcher_loaded_launcher": slot_attention._launcher is not None,
-        "triton_path_op_counts": dict(counter.counts),
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, slot_attention, is_interpreting(), counter)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_slot_attention.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)

@@ -8,8 +8,7 @@ here in the parent.
 from __future__ import annotations
 
 import json
-import logging
-import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kernels import snakebeta, snakebeta_config  # noqa: E402
-from kernels.snakebeta_config import MIN_ELEMS_PER_PROGRAM, SnakeConfig, choose_config  # noqa: E402
-from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log, storage_ulp  # noqa: E402
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (ROOT, CountingLauncher, assert_dispatcher_took_triton,
+                            check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
+                            check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
+                            forbid_triton, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
+from kernels import snakebeta, snakebeta_config
+from kernels.snakebeta_config import MIN_ELEMS_PER_PROGRAM, SnakeConfig, choose_config
+from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log, storage_ulp
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Odd sizes: single element, rows shorter than any tile, B*C*T not a multiple of any block,
@@ -93,13 +94,7 @@ def _assert_matches_reference(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor,
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("snake_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), **{snakebeta.CPU_TRITON_ENV: "1"})
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(work_dir)],
-        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
-    info = json.loads((work_dir / "info.json").read_text())
+    info = run_interpreter_child(__file__, work_dir, snakebeta.CPU_TRITON_ENV, timeout=300)
     outputs = torch.load(work_dir / "outputs.pt")
     return torch.load(work_dir / "cases.pt"), outputs, info
 
@@ -115,8 +110,7 @@ def test_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("name", [n for n, (x, _, _) in _all_cases().items() if x.numel() <= MAX_DISPATCH_NUMEL])
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     cases, outputs, info = interpreted
-    assert info["dispatcher_failure"] is None
-    assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
+    assert_dispatcher_took_triton(info)
     # Same launcher, same config: the dispatcher must add nothing to the kernel's result.
     assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"])
 
@@ -181,34 +175,21 @@ def test_choose_config_rejects_empty_sizes():
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    monkeypatch.setattr(snakebeta, "_failure", None)
-    monkeypatch.setattr(snakebeta, "_launcher", None)
-    monkeypatch.delenv(snakebeta.CPU_TRITON_ENV, raising=False)
-    return monkeypatch
+    return fresh_route(monkeypatch, snakebeta)
 
 
-class _CountingLauncher:
-    def __init__(self, error: Exception | None = None):
-        self.num_calls = 0
-        self.error = error
-
-    def __call__(self, x, alpha_exp, inv_beta):
-        self.num_calls += 1
-        if self.error is not None:
-            raise self.error
-        return snake_beta_reference(x, alpha_exp, inv_beta) + 1.0  # distinguishable from eager
+def _stand_in():
+    return CountingLauncher(lambda x, a, b: snake_beta_reference(x, a, b) + 1.0)  # distinguishable from eager
 
 
 def test_cpu_uses_eager_without_touching_triton(fresh_dispatcher):
-    fresh_dispatcher.setattr(snakebeta, "_get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    forbid_triton(fresh_dispatcher, snakebeta)
     x, a, b = _make_case((2, 3, 50), torch.float32, seed=1)
     assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
 
 
 def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
-    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, snakebeta, _stand_in())
     x, a, b = _make_case((2, 3, 50), torch.float32, seed=1)
     assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b) + 1.0)
     x64 = x.double()  # no kernel for fp64: eager, launcher untouched
@@ -217,9 +198,7 @@ def test_forced_cpu_path_calls_launcher(fresh_dispatcher):
 
 
 def test_grad_path_uses_eager_and_backprops(fresh_dispatcher):
-    launcher = _CountingLauncher()
-    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
-    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
+    launcher = use_launcher(fresh_dispatcher, snakebeta, _stand_in())
     x, a, b = _make_case((2, 3, 50), torch.float32, seed=2)
     x.requires_grad_(True)
     y = snakebeta.snake_beta(x, a, b)
@@ -234,43 +213,23 @@ def test_grad_path_uses_eager_and_backprops(fresh_dispatcher):
 
 
 def test_failure_is_logged_once_and_never_retried(fresh_dispatcher, caplog):
-    launcher = _CountingLauncher(RuntimeError("ptxas died"))
-    fresh_dispatcher.setattr(snakebeta, "_launcher", launcher)
-    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
     x, a, b = _make_case((2, 3, 50), torch.float32, seed=3)
-    with caplog.at_level(logging.WARNING, logger=snakebeta.__name__):
-        for _ in range(4):
-            assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
-    assert launcher.num_calls == 1
-    warnings = [r for r in caplog.records if r.name == snakebeta.__name__]
-    assert len(warnings) == 1 and "ptxas died" in warnings[0].getMessage()
-    assert snakebeta.triton_failure() == "RuntimeError: ptxas died"
-    snakebeta.reset_triton_failure()
-    snakebeta.snake_beta(x, a, b)
-    assert launcher.num_calls == 2, "reset_triton_failure must allow one new attempt"
+    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, snakebeta, lambda: snakebeta.snake_beta(x, a, b),
+                                             equal_to(snake_beta_reference(x, a, b)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
-    fresh_dispatcher.setitem(sys.modules, "kernels.snakebeta_triton", None)  # import raises ImportError
-    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
     x, a, b = _make_case((1, 2, 9), torch.float32, seed=4)
-    with caplog.at_level(logging.WARNING, logger=snakebeta.__name__):
-        for _ in range(3):
-            assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
-    assert snakebeta.triton_failure().startswith("ModuleNotFoundError")
-    assert len([r for r in caplog.records if r.name == snakebeta.__name__]) == 1
+    check_import_failure_is_recorded(fresh_dispatcher, caplog, snakebeta, lambda: snakebeta.snake_beta(x, a, b),
+                                     equal_to(snake_beta_reference(x, a, b)))
 
 
 def test_real_launch_failure_falls_back(fresh_dispatcher):
-    """A compiled (non-interpreted) kernel cannot take CPU tensors: the genuine error must be caught."""
     from kernels import snakebeta_triton
 
-    if snakebeta_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: the CPU launch would succeed")
-    fresh_dispatcher.setenv(snakebeta.CPU_TRITON_ENV, "1")
     x, a, b = _make_case((1, 4, 17), torch.bfloat16, seed=5)
-    assert torch.equal(snakebeta.snake_beta(x, a, b), snake_beta_reference(x, a, b))
-    assert snakebeta.triton_failure() is not None
+    check_real_launch_failure_falls_back(fresh_dispatcher, snakebeta, snakebeta_triton,
+                                         lambda: snakebeta.snake_beta(x, a, b), equal_to(snake_beta_reference(x, a, b)))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -289,31 +248,17 @@ def test_bad_arguments_raise_value_error(fresh_dispatcher, bad, match):
 def test_kernel_compiles_for_hopper(dtype, fast_sin):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the inline asm, the libdevice sin and
     16-byte vector loads/stores when T is a multiple of 16, as the JIT specializes at run time."""
-    import re
-
     from kernels import snakebeta_triton
 
-    if snakebeta_triton.is_interpreting():
-        pytest.skip("TRITON_INTERPRET=1 in this process: no compiled kernel object")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
+    skip_if_interpreting(snakebeta_triton)
     ints = ["num_channels", "num_samples", "x_stride_b", "x_stride_c", "y_stride_b", "y_stride_c"]
     signature = {"x_ptr": f"*{dtype}", "a_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": f"*{dtype}",
                  **{name: "i32" for name in ints},
                  "BLOCK_C": "constexpr", "BLOCK_T": "constexpr", "FAST_SIN": "constexpr"}
     divisible = [0, 1, 2, 3, 5, 6, 7, 8, 9]  # pointers, T and the strides: multiples of 16
-    source = ASTSource(snakebeta_triton._snake_beta_kernel, signature,
-                       {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin},
-                       {(i,): [["tt.divisibility", 16]] for i in divisible})
-    try:
-        kernel = triton_compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-    except (RuntimeError, FileNotFoundError) as exc:
-        if "ptxas" in str(exc).lower():
-            pytest.skip(f"no ptxas in this triton install: {exc}")
-        raise
+    kernel = compile_for_hopper(snakebeta_triton._snake_beta_kernel, signature,
+                                {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin}, divisible, num_warps=8)
     ptx = kernel.asm["ptx"]
-    assert kernel.asm["cubin"], "ptxas produced no cubin"
     assert ("sin.approx.f32" in ptx) == fast_sin
     assert re.search(r"ld\.global[^\n]*\.v4", ptx) and re.search(r"st\.global[^\n]*\.v4", ptx)
 
@@ -358,17 +303,8 @@ def _run_child(work_dir: Path) -> None:
     x_copy = x.clone()
     outputs["strided/inplace"] = snake_beta_triton(x_copy, a, b, out=x_copy)
     outputs["strided/inplace_is_x"] = outputs["strided/inplace"].data_ptr() == x_copy.data_ptr()
-    torch.save(outputs, work_dir / "outputs.pt")
-    info = {
-        "is_interpreting": is_interpreting(),
-        "dispatcher_failure": snakebeta.triton_failure(),
-        "dispatcher_loaded_launcher": snakebeta._launcher is not None,
-    }
-    (work_dir / "info.json").write_text(json.dumps(info))
+    save_child_results(work_dir, outputs, snakebeta, is_interpreting())
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _run_child(Path(sys.argv[2]))
-    else:
-        sys.exit("usage: test_snakebeta.py --child WORK_DIR (run by pytest)")
+    child_main(_run_child)
