@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.gumbel_pick import gumbel_pick
+from kernels.warp_pick import warp_pick
+from kernels.warp_pick_reference import warp_values_reference
 from kernels.hash_noise import row_keys
 
 _MAX_SEED = 2**63 - 1
@@ -110,8 +111,9 @@ def penalize_and_mask(logits: torch.Tensor, history: torch.Tensor, penalty: torc
     return logits.masked_fill(eos_blocked | suppressed[None, :], float("-inf"))
 
 
-def _candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Warped logits of the best candidates, sorted descending: (values [bs, K], token ids [bs, K]).
+def _sorted_candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Temperature-scaled logits of the best candidates, sorted descending: (values [bs, K], token ids [bs, K]).
 
     With candidate_k=None every token is a candidate (full sort, exact for any top_k). With a
     static candidate_k the sort is a top-k of that size, exact when every sampling row has
@@ -122,21 +124,16 @@ def _candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None
     temperature = torch.where(rows.do_sample, rows.temperature, torch.ones_like(rows.temperature))
     scaled = logits / temperature[:, None]
     if candidate_k is None or candidate_k >= vocab:
-        values, token_ids = torch.sort(scaled, dim=-1, descending=True)
-    else:
-        values, token_ids = torch.topk(scaled, candidate_k, dim=-1)
-    num = values.shape[-1]
-    # top-k keeps everything >= the k-th value (ties included, as HF does); 0 = off
-    k = torch.where(rows.top_k > 0, rows.top_k, torch.full_like(rows.top_k, vocab)).clamp(1, num)
-    kth = values.gather(1, (k - 1)[:, None])
-    values = values.masked_fill(values < kth, float("-inf"))
-    # top-p in HF form: cumulative mass summed from the least likely token; drop where it is
-    # <= 1 - top_p, always keep the best. Rows with top_p >= 1 skip it (HF does not add it).
-    probs = values.softmax(dim=-1)
-    mass_from_tail = probs.flip(-1).cumsum(-1).flip(-1)
-    drop = (mass_from_tail <= (1.0 - rows.top_p)[:, None]) & (rows.top_p < 1.0)[:, None]
-    drop[:, 0].fill_(False)
-    return values.masked_fill(drop, float("-inf")), token_ids
+        return torch.sort(scaled, dim=-1, descending=True)
+    return torch.topk(scaled, candidate_k, dim=-1)
+
+
+def _candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Warped logits of the best candidates, sorted descending (values [bs, K], -inf where top-k or
+    top-p drops them; token ids [bs, K]). The masking rules (HF's, ties at the k-th value kept,
+    top-p mass summed from the tail) are written once, in kernels/warp_pick_reference.py."""
+    values, token_ids = _sorted_candidates(logits, rows, candidate_k)
+    return warp_values_reference(values, rows.top_k, rows.top_p, logits.shape[-1]), token_ids
 
 
 def warp_logits(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None = None) -> torch.Tensor:
@@ -162,10 +159,10 @@ def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Ten
     the vocabulary's token hashes (noise.token_hashes): same tokens, fewer launches."""
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
-    values, token_ids = _candidates(logits, rows, candidate_k)
-    # Gumbel-max over the candidates: noise, add, argmax and gather in one launch on the GPU
-    # (kernels/gumbel_pick.py; the same draws as noise.gumbel_for_tokens)
-    sampled = gumbel_pick(values, token_ids, keys, hashes)
+    values, token_ids = _sorted_candidates(logits, rows, candidate_k)
+    # top-k / top-p masks and the Gumbel-max pick (noise, add, argmax, gather) in one launch on
+    # the GPU (kernels/warp_pick.py; the same masks as _candidates, the same draws as hash_noise)
+    sampled = warp_pick(values, token_ids, rows.top_k, rows.top_p, logits.shape[-1], keys, hashes)
     return torch.where(rows.do_sample, sampled, greedy)
 
 

@@ -1,0 +1,124 @@
+"""Fused top-k/top-p mask + seeded Gumbel-max pick: one Triton launch replaces the ~15 launches of
+talker_service.model.sampling._candidates after its topk/sort (k clamp, k-th gather, mask, softmax,
+flip/cumsum/flip, compare, fill) plus the gumbel_pick launch (the decode step is launch-bound).
+
+One program per row, the row's K sorted candidates (K <= 4096) in one block:
+    k      = top_k > 0 ? top_k : vocab_size, clamped to [1, K];   kth = values[k - 1]
+    v      = values < kth ? -inf : values                          (ties with the k-th kept)
+    p      = exp(v - max v) / sum                                  (softmax)
+    mass   = reverse cumulative sum of p                           (tl.cumsum(reverse=True))
+    v      = -inf where mass <= 1 - top_p, top_p < 1 and not the first candidate
+then the Gumbel-max pick of kernels/gumbel_pick_triton.py on v, with its jit helpers (_mix32,
+_token_part, _gumbel_from_bits, imported, bit for bit the same noise), first maximum, NaN first.
+
+Numerics vs the eager reference (kernels/warp_pick_reference.py): the mask thresholds, the k-th
+compare, 1 - top_p and the pick are exact; the softmax and the cumulative sum are not bit-identical
+to torch's (reduction/scan order; torch's CPU cumsum even accumulates in double), so a probability
+may differ in the last ulps and a pick can differ only where a tail mass sits within a few ulps of
+1 - top_p, or where the Gumbel argmax is a near-tie. On the GPU the exp is libdevice's __nv_expf
+(what CUDA's expf, and so torch's softmax, uses; tl.exp would be ex2.approx of x * log2(e)) and the
+division is IEEE (div.rn); the interpreter cannot call libdevice (extern calls raise there) and uses
+tl.exp (numpy's exp). Triton links libdevice's flush-to-zero variant: exp(v - max) below 2**-126
+becomes 0 instead of a subnormal, which changes no decision (such a mass is <= 1 - top_p either way,
+as 1 - top_p >= 2**-24 whenever top_p < 1) and no pick (the pick reads v, not the probabilities).
+
+Capturable in a CUDA graph: no host syncs; the only allocation is the output (torch.empty).
+The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from kernels.gumbel_pick_triton import _gumbel_from_bits, _mix32, _token_part, choose_block
+from kernels.warp_pick_reference import check_args
+
+MAX_K = 4096
+
+
+@triton.jit
+def _warp_pick_kernel(
+    values_ptr, tokens_ptr, top_k_ptr, top_p_ptr, keys_ptr, hashes_ptr, out_ptr,
+    num_cols, vocab_size, values_row_stride, tokens_row_stride, top_k_stride, top_p_stride, keys_stride,
+    HAS_HASHES: tl.constexpr, LIBDEVICE_EXP: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_K)
+    ok = cols < num_cols
+    values_row = values_ptr + row * values_row_stride
+    value = tl.load(values_row + cols, mask=ok, other=float("-inf"))
+
+    # top-k: keep everything >= the k-th value (0 = off = vocab_size)
+    top_k = tl.load(top_k_ptr + row * top_k_stride)
+    k = tl.where(top_k > 0, top_k, vocab_size)
+    k = tl.minimum(tl.maximum(k, 1), num_cols)
+    kth = tl.load(values_row + (k - 1))
+    value = tl.where(value < kth, float("-inf"), value)
+
+    # top-p, HF form: softmax, mass from the tail, drop where <= 1 - top_p, never the best
+    shifted = value - tl.max(value, axis=0)
+    if LIBDEVICE_EXP:
+        expd = libdevice.exp(shifted)
+    else:
+        expd = tl.exp(shifted)
+    expd = tl.where(ok, expd, 0.0)
+    probs = tl.div_rn(expd, tl.sum(expd, axis=0))
+    mass_from_tail = tl.cumsum(probs, axis=0, reverse=True)
+    top_p = tl.load(top_p_ptr + row * top_p_stride)
+    # rows with top_p >= 1 drop nothing: their limit -1 is below any mass (>= 0, or NaN: no drop)
+    limit = tl.where(top_p < 1.0, 1.0 - top_p, -1.0)
+    drop = (mass_from_tail <= limit) & (cols > 0)
+    value = tl.where(drop, float("-inf"), value)
+
+    # Gumbel-max over the survivors, as kernels/gumbel_pick_triton.py
+    token = tl.load(tokens_ptr + row * tokens_row_stride + cols, mask=ok, other=0)
+    key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
+    if HAS_HASHES:
+        token_part = tl.load(hashes_ptr + token, mask=ok, other=0).to(tl.uint32)
+    else:
+        token_part = _token_part(token)
+    score = value + _gumbel_from_bits(_mix32(key ^ token_part))
+
+    is_nan = (score != score) & ok
+    score = tl.where(is_nan | (~ok), float("-inf"), score)
+    best = tl.max(score, axis=0)
+    first = tl.min(tl.where(ok & (score == best), cols, BLOCK_K), axis=0)
+    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
+    pick = tl.where(first_nan < BLOCK_K, first_nan, first)
+    tl.store(out_ptr + row, tl.load(tokens_ptr + row * tokens_row_stride + pick))
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_warp_pick_kernel, triton.runtime.JITFunction)
+
+
+def warp_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                     vocab_size: int, keys: torch.Tensor, hashes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int64 [bs]: each row's masked Gumbel-max pick (see the module docstring), one launch."""
+    check_args(values, token_ids, top_k, top_p, vocab_size, keys, hashes)
+    num_rows, num_cols = values.shape
+    if not 1 <= num_cols <= MAX_K:
+        raise ValueError(f"warp_pick_triton supports 1 <= K <= {MAX_K}, got K={num_cols}")
+    out = torch.empty(num_rows, dtype=torch.int64, device=values.device)
+    if num_rows == 0:
+        return out
+    if values.stride(1) != 1:
+        values = values.contiguous()
+    if token_ids.stride(1) != 1:
+        token_ids = token_ids.contiguous()
+    if hashes is not None and hashes.stride(0) != 1:
+        hashes = hashes.contiguous()
+    block_k, num_warps = choose_block(num_cols)
+    _warp_pick_kernel[(num_rows,)](
+        values, token_ids, top_k, top_p, keys, token_ids if hashes is None else hashes, out,
+        num_cols, vocab_size, values.stride(0), token_ids.stride(0), top_k.stride(0), top_p.stride(0),
+        keys.stride(0),
+        HAS_HASHES=hashes is not None, LIBDEVICE_EXP=not is_interpreting(), BLOCK_K=block_k, num_warps=num_warps,
+        enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
+    )
+    return out
