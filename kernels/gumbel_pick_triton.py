@@ -68,15 +68,10 @@ def _gumbel_from_bits(bits):
 
 
 @triton.jit
-def _gumbel_pick_kernel(
-    values_ptr, tokens_ptr, keys_ptr, hashes_ptr, out_ptr,
-    num_cols, values_row_stride, tokens_row_stride, keys_stride,
-    HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_K)
-    ok = cols < num_cols
-    value = tl.load(values_ptr + row * values_row_stride + cols, mask=ok, other=float("-inf"))
+def _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
+                      HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Add each candidate's hash-noise Gumbel draw to `value` [BLOCK_K] and store the token of the
+    first maximum (a NaN score wins, as in torch.argmax). Shared by gumbel_pick and warp_pick."""
     token = tl.load(tokens_ptr + row * tokens_row_stride + cols, mask=ok, other=0)
     key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
     if HAS_HASHES:
@@ -92,6 +87,20 @@ def _gumbel_pick_kernel(
     first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
     pick = tl.where(first_nan < BLOCK_K, first_nan, first)
     tl.store(out_ptr + row, tl.load(tokens_ptr + row * tokens_row_stride + pick))
+
+
+@triton.jit
+def _gumbel_pick_kernel(
+    values_ptr, tokens_ptr, keys_ptr, hashes_ptr, out_ptr,
+    num_cols, values_row_stride, tokens_row_stride, keys_stride,
+    HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_K)
+    ok = cols < num_cols
+    value = tl.load(values_ptr + row * values_row_stride + cols, mask=ok, other=float("-inf"))
+    _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
+                      HAS_HASHES, BLOCK_K)
 
 
 def is_interpreting() -> bool:

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from kernels.gumbel_pick_triton import _gumbel_from_bits, _mix32, _token_part, choose_block
+from kernels.gumbel_pick_triton import _store_gumbel_max, choose_block
 from kernels.warp_pick_reference import check_args
 
 MAX_K = 4096
@@ -75,21 +75,8 @@ def _warp_pick_kernel(
     value = tl.where(drop, float("-inf"), value)
 
     # Gumbel-max over the survivors, as kernels/gumbel_pick_triton.py
-    token = tl.load(tokens_ptr + row * tokens_row_stride + cols, mask=ok, other=0)
-    key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
-    if HAS_HASHES:
-        token_part = tl.load(hashes_ptr + token, mask=ok, other=0).to(tl.uint32)
-    else:
-        token_part = _token_part(token)
-    score = value + _gumbel_from_bits(_mix32(key ^ token_part))
-
-    is_nan = (score != score) & ok
-    score = tl.where(is_nan | (~ok), float("-inf"), score)
-    best = tl.max(score, axis=0)
-    first = tl.min(tl.where(ok & (score == best), cols, BLOCK_K), axis=0)
-    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
-    pick = tl.where(first_nan < BLOCK_K, first_nan, first)
-    tl.store(out_ptr + row, tl.load(tokens_ptr + row * tokens_row_stride + pick))
+    _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
+                      HAS_HASHES, BLOCK_K)
 
 
 def is_interpreting() -> bool:
