@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU benchmark of the project in one device call; results land in $OUT (the device tool
 # copies them back). Run from the repo root on the GPU machine:
-#   bash benchmarks/run_gpu_suite.sh [snake decoder talker vocoder-service talker-service e2e e2e-2gpu]
+#   bash benchmarks/run_gpu_suite.sh [kernels snake decoder talker vocoder-service talker-service e2e e2e-2gpu]
 # (default: all but e2e-2gpu, which needs two GPUs). Pieces:
+#   kernels                  the Triton kernel tests on the GPU (their CUDA-only cases: bit-equality
+#                            with torch's CUDA ops, CUDA-graph capture), before anything is timed
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
@@ -16,7 +18,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 CKPT=${QWEN3_TTS_BENCH_CKPT:-/tmp/qwen3-tts-1b7-random}
-which=${*:-snake decoder talker vocoder-service talker-service e2e}
+which=${*:-kernels snake decoder talker vocoder-service talker-service e2e}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 
 install_wheels() {
@@ -56,6 +58,11 @@ e2e_two_gpus() {
 
 for w in $which; do
   case $w in
+    kernels)
+      install_wheels
+      python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
+        tests/test_qk_norm_rope.py tests/test_silu_mul.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
+        tests/test_slot_attention.py tests/test_talker_launches.py 2>&1 | tee "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
     talker)  python3 benchmarks/bench_talker.py --out "$OUT/talker.json" 2>&1 | tee "$OUT/talker.log" ;;

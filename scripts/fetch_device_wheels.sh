@@ -14,5 +14,5 @@ common=(--only-binary=:all: --no-deps --dest .whl --python-version 3.12 --implem
 "$PY" -m pip download "${common[@]}" \
   "pyzmq==27.3.0" "grpcio==1.85.1" "grpcio-health-checking==1.85.1" "grpcio-reflection==1.85.1" \
   "protobuf==7.35.1" "soundfile>=0.12" "cffi>=1.17" "pycparser" "soxr>=0.3" "prometheus_client>=0.20" \
-  "pytest-timeout==2.4.0"
+  "pytest-timeout==2.4.0" "pytest>=8" "pluggy>=1.5" "iniconfig" "packaging"
 du -sh .whl && ls .whl
