@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from checkpoint.configs import model_config
+from kernels.hash_noise import group_keys
 from talker_service.model import RowSampling
 from test_talker_model_support import max_diff, tiny_pair
 
@@ -71,7 +72,8 @@ def test_code_predictor_greedy_matches_official_generate(pair):
     torch.manual_seed(11)
     past_hidden = torch.randn(4, 48)
     c0 = torch.tensor([0, 17, 1999, 2047])
-    codes, logits = ours.predict_residuals(past_hidden, c0, greedy_rows(4), zeros(4), zeros(4), return_logits=True)
+    codes, logits = ours.predict_residuals(past_hidden, c0, greedy_rows(4), group_keys(zeros(4), zeros(4), 1, 15),
+                                           return_logits=True)
     predictor = official.talker.code_predictor
     inputs = torch.stack((past_hidden, official.talker.model.codec_embedding(c0)), dim=1)
     ref = predictor.generate(inputs_embeds=inputs, max_new_tokens=15, do_sample=False,
@@ -91,7 +93,7 @@ def test_identity_projection_when_widths_match(tmp_path):
     assert isinstance(ours.code_predictor.small_to_mtp_projection, torch.nn.Identity)
     past_hidden = torch.randn(2, 32)
     c0 = torch.tensor([3, 2000])
-    codes = ours.predict_residuals(past_hidden, c0, greedy_rows(2), zeros(2), zeros(2))
+    codes = ours.predict_residuals(past_hidden, c0, greedy_rows(2), group_keys(zeros(2), zeros(2), 1, 15))
     inputs = torch.stack((past_hidden, official.talker.model.codec_embedding(c0)), dim=1)
     ref = official.talker.code_predictor.generate(inputs_embeds=inputs, max_new_tokens=15, do_sample=False)
     assert torch.equal(codes, ref)

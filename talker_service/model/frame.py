@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from talker_service.model.sampling import choose_tokens, penalize_and_mask
+from kernels.hash_noise import group_keys
+from talker_service.model.sampling import choose_tokens_keyed, penalize_and_mask
 from talker_service.model.slot_sampling import SlotSamplingTable
 from talker_service.model.talker import TalkerModel
 
@@ -43,9 +44,10 @@ class FrameDecoder:
         rows = self.table.gather(slots)
         processed = penalize_and_mask(logits.float(), rows.history, rows.repetition_penalty, steps,
                                       rows.min_new_tokens, self.codec_eos_id, self.suppressed)
-        c0 = choose_tokens(processed, rows.talker, rows.seeds, steps, 0, self.candidate_k)
+        keys = group_keys(rows.seeds, steps, 0, 16)  # [bs, 16]: the frame's noise keys, one hash chain
+        c0 = choose_tokens_keyed(processed, rows.talker, keys[:, 0], self.candidate_k)
         self.table.record(slots, c0)
-        residual = self.model.predict_residuals(hidden, c0, rows.subtalker, rows.seeds, steps, self.candidate_k)
+        residual = self.model.predict_residuals(hidden, c0, rows.subtalker, keys[:, 1:], self.candidate_k)
         codes = torch.cat((c0[:, None], residual), dim=1)
         return FrameOutput(codes=codes, hidden=hidden, codec_embeds=self.model.embed_frame(codes))
 

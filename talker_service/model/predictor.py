@@ -14,7 +14,7 @@ from torch import nn
 from talker_service.model.config import CodePredictorConfig
 from talker_service.model.kv_cache import FrameKVCache, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
-from kernels.hash_noise import group_keys, token_hashes
+from kernels.hash_noise import token_hashes
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
 
@@ -52,9 +52,9 @@ class CodePredictor(nn.Module):
         self.model.fuse_projections()
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
-                      seeds: torch.Tensor, steps: torch.Tensor, candidate_k: int | None = None,
-                      return_logits: bool = False):
-        """past_hidden, c0_embeds [bs, H_talker] -> codes int64 [bs, 15] (codebooks 1..15).
+                      keys: torch.Tensor, candidate_k: int | None = None, return_logits: bool = False):
+        """past_hidden, c0_embeds [bs, H_talker] -> codes int64 [bs, 15] (codebooks 1..15); keys
+        [bs, 15] int64 are the rows' noise keys of groups 1..15 (computed once per frame by the caller).
 
         With return_logits also the raw logits float32 [bs, 15, vocab] that produced them.
         """
@@ -68,7 +68,6 @@ class CodePredictor(nn.Module):
                              dtype, past_hidden.device)
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
         mask = causal_mask(0, 2, x.device)
-        keys = group_keys(seeds, steps, 1, cfg.num_code_groups - 1)  # [bs, 15]: one hash chain for all groups
         codes, all_logits = [], []
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group

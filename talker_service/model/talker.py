@@ -185,9 +185,10 @@ class TalkerModel(nn.Module):
         hidden = self.model.run(input_embeds.to(self.dtype)[:, None], cos, sin, view, None)[:, 0]
         return hidden, self._head(hidden)
 
-    def predict_residuals(self, past_hidden: torch.Tensor, c0: torch.Tensor, sub: RowSampling, seeds: torch.Tensor,
-                          steps: torch.Tensor, candidate_k: int | None = None, return_logits: bool = False):
+    def predict_residuals(self, past_hidden: torch.Tensor, c0: torch.Tensor, sub: RowSampling, keys: torch.Tensor,
+                          candidate_k: int | None = None, return_logits: bool = False):
         """past_hidden [bs, H] (post-norm talker hidden that produced c0), c0 [bs] -> codes [bs, 15]
-        (and logits [bs, 15, 2048] with return_logits). Sampling keys: (seed, step, group 1..15)."""
-        return self.code_predictor.forward_frame(past_hidden, self.embed_codec(c0), sub, seeds, steps,
+        (and logits [bs, 15, 2048] with return_logits). keys [bs, 15]: the noise keys of groups
+        1..15 (hash_noise.group_keys(seeds, steps, 1, 15))."""
+        return self.code_predictor.forward_frame(past_hidden, self.embed_codec(c0), sub, keys,
                                                  candidate_k=candidate_k, return_logits=return_logits)
