@@ -1,5 +1,5 @@
 """Slot decode attention: Triton kernel (CPU interpreter) vs the eager reference, the reference vs
-today's decode path (SlotDecodeView.update + layers.grouped_attention), the
+the decode path it replaced (gather + mask + layers.grouped_attention), the
 qwen3tts::slot_decode_attention op, routing and fallbacks.
 
 triton.jit picks the interpreter when the kernel module is imported, so every real kernel launch
@@ -49,13 +49,17 @@ def _inputs(batch, heads, kv, dim, positions, num_slots, slots, lengths, dtype, 
 
 
 def _today(q, cache, layer, slots, positions, context_len, new_k, new_v):
-    """What the decode step computes today: SlotDecodeView.update, decode_mask, grouped_attention."""
-    from talker_service.model.kv_cache import SlotDecodeView, decode_mask
+    """What the decode step computed before this kernel: write each row's new key/value at its
+    position, gather every row's context bucket, mask keys past the row's position, grouped SDPA."""
     from talker_service.model.layers import grouped_attention
 
-    view = SlotDecodeView(cache, slots, positions, context_len)
-    k_ctx, v_ctx = view.update(layer, new_k, new_v)
-    return grouped_attention(q[:, :, None], k_ctx, v_ctx, decode_mask(positions, context_len))[:, :, 0]
+    k_layer, v_layer = cache.k[layer], cache.v[layer]
+    k_layer[slots, :, positions] = new_k[:, :, 0]
+    v_layer[slots, :, positions] = new_v[:, :, 0]
+    k_ctx = k_layer[:, :, :context_len].index_select(0, slots)
+    v_ctx = v_layer[:, :, :context_len].index_select(0, slots)
+    mask = (torch.arange(context_len)[None, :] <= positions[:, None])[:, None, None, :]
+    return grouped_attention(q[:, :, None], k_ctx, v_ctx, mask)[:, :, 0]
 
 
 def _cache_parity(dtype, seed=11):

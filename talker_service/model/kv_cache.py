@@ -64,37 +64,23 @@ class SlotPrefillView:
 
 class SlotDecodeView:
     """One new position per row: row i writes position positions[i] of slot slots[i] and attends
-    over positions [0, context_len) of that slot (masked beyond its own position)."""
+    over positions 0..positions[i] of that slot. It only offers `attend` (the layer then never asks
+    for `update`): keys are read in place, never gathered."""
 
-    def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor, context_len: int):
-        self.cache, self.slots, self.positions, self.context_len = cache, slots, positions, context_len
-
-    def update(self, layer_idx, k, v):
-        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        # advanced indices around a slice put the index dim first: the value is [bs, kv_heads, head_dim]
-        k_layer[self.slots, :, self.positions] = k[:, :, 0]
-        v_layer[self.slots, :, self.positions] = v[:, :, 0]
-        # slicing before the gather copies only the context bucket, not all max_seq_len positions
-        k_ctx = k_layer[:, :, : self.context_len].index_select(0, self.slots)
-        v_ctx = v_layer[:, :, : self.context_len].index_select(0, self.slots)
-        return k_ctx, v_ctx
+    def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor):
+        self.cache, self.slots, self.positions = cache, slots, positions
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Write k/v [bs, kv_heads, 1, D] at each row's position, then attend q [bs, heads, 1, D] over
         keys 0..position of each row's slot, read in place (kernels/slot_attention.py): no gather of
         the context bucket, nothing read past a row's own length. -> [bs, heads, 1, D]."""
         k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        # advanced indices around a slice put the index dim first: the value is [bs, kv_heads, head_dim]
         k_layer[self.slots, :, self.positions] = k[:, :, 0]
         v_layer[self.slots, :, self.positions] = v[:, :, 0]
         out = slot_decode_attention(q[:, :, 0], k_layer, v_layer, self.slots, self.positions + 1,
                                     q.shape[-1] ** -0.5)
         return out[:, :, None]
-
-
-def decode_mask(positions: torch.Tensor, context_len: int) -> torch.Tensor:
-    """bool [bs, 1, 1, context_len]: key j visible to row i iff j <= positions[i]."""
-    keys = torch.arange(context_len, device=positions.device)
-    return (keys[None, :] <= positions[:, None])[:, None, None, :]
 
 
 def causal_mask(start: int, length: int, device) -> torch.Tensor:

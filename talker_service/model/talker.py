@@ -181,7 +181,7 @@ class TalkerModel(nn.Module):
         cos_table, sin_table = self._rope
         cos = cos_table[positions][:, None]  # [bs, 1, D]
         sin = sin_table[positions][:, None]
-        view = SlotDecodeView(self.cache, slots, positions, context_len)
+        view = SlotDecodeView(self.cache, slots, positions)
         hidden = self.model.run(input_embeds.to(self.dtype)[:, None], cos, sin, view, None)[:, 0]
         return hidden, self._head(hidden)
 
