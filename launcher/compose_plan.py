@@ -6,7 +6,7 @@ a container engine provides is stood in for, and nothing else is changed:
 
 - each replica gets its own loopback address (127.0.<service>.<replica>), standing in for the
   container's own network namespace: `0.0.0.0` and `127.0.0.1` in its flags become that address,
-  and a role that has `--grpc-host` gets it set there, so replicas never share a port;
+  and its `--grpc-host` is set there, so replicas never share a port;
 - a peer given by service name (`tcp://vocoder:5701`) becomes the list of that service's replica
   addresses, which is what the compose DNS name resolves to;
 - GPU reservations become CUDA_VISIBLE_DEVICES; named volumes become folders under the work dir
@@ -26,7 +26,6 @@ import yaml
 
 # The image's entry point (deploy/docker/entrypoint.sh) maps each role to one module.
 ROLE_MODULES = {"gateway": "gateway", "talker": "talker_service", "vocoder": "vocoder_service"}
-ROLES_WITH_GRPC_HOST = frozenset(ROLE_MODULES)
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 _PEER = re.compile(r"tcp://([A-Za-z0-9_.-]+):(\d+)")
 _WILDCARD_HOSTS = ("0.0.0.0", "127.0.0.1")
@@ -90,7 +89,7 @@ def load_plan(compose_file: str | Path, work_dir: str | Path, environ: dict[str,
         mounts = _mounts(service, Path(work_dir))
         for replica, address in enumerate(addresses[name]):
             args = [_rewrite(flag, address, addresses, mounts) for flag in flags]
-            if role in ROLES_WITH_GRPC_HOST and not _has_flag(args, "grpc-host"):
+            if not _has_flag(args, "grpc-host"):   # every role has --grpc-host
                 args.append(f"--grpc-host={address}")
             for flag, value in (flag_overrides or {}).items():
                 args = [f"--{flag}={value}" if a.startswith(f"--{flag}=") else a for a in args]

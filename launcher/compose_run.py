@@ -101,7 +101,7 @@ def run(args) -> int:
         logger.error("%s", exc)
         return 1
     try:
-        gateways = plan.of("gateway") or [r for r in plan.replicas if r.role == "gateway"]
+        gateways = [r for r in plan.replicas if r.role == "gateway"]
         ready = {"grpc_target": gateways[0].health_target if gateways else "", "work_dir": str(work_dir),
                  "replicas": {r.name: {"pid": c.proc.pid, "address": r.address, "health": r.health_target,
                                        "cuda_visible_devices": r.env.get("CUDA_VISIBLE_DEVICES", "")}
