@@ -32,6 +32,11 @@ from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc, voices_pb2
 logger = logging.getLogger(__name__)
 
 
+class _Scope:
+    """What a call has acquired so far: its session, once created."""
+    session: Session | None = None
+
+
 class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
     def __init__(self, config: GatewayConfig, model: ModelInfo, tokenizer: TextTokenizer, backend: Backend,
                  voices: VoiceRegistry, metrics: GatewayMetrics) -> None:
@@ -78,6 +83,25 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         logger.info("request %s: %s %s", request_id, exc.code.name, exc.message)
         await context.abort(exc.code, exc.message)
 
+    @contextlib.asynccontextmanager
+    async def _request(self, method: str, context):
+        """One synthesis call: admission, a RequestError turned into its gRPC status, and the
+        session (set on the yielded scope once created) closed whatever way the call ends."""
+        scope = _Scope()
+        error: BaseException | None = None
+        try:
+            with self._admit(method):
+                yield scope
+        except RequestError as exc:
+            error = exc
+            await self._fail(context, exc, scope.session.request_id if scope.session else "-")
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if scope.session is not None:
+                await scope.session.close(error)
+
     def _observe(self, summary: tts_pb2.SynthesisSummary) -> None:
         self.metrics.ttfa_s.observe(summary.time_to_first_audio_ms / 1e3)
         if summary.audio_s:
@@ -86,47 +110,36 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     # ---- StreamSynthesize ----------------------------------------------------------------
     async def StreamSynthesize(self, request_iterator, context) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
-        session: Session | None = None
-        error: BaseException | None = None
-        try:
-            with self._admit("StreamSynthesize"):
-                messages = request_iterator.__aiter__()
-                try:
-                    first = await messages.__anext__()
-                except StopAsyncIteration:
-                    raise InvalidArgument("config", "no messages: the first message must be a config") from None
-                self._check_size(first, "config")
-                if first.WhichOneof("request") != "config":
-                    raise InvalidArgument("config", f"the first message must be a config, got "
-                                          f"{first.WhichOneof('request') or 'an empty message'}")
-                resolved = await asyncio.to_thread(self.resolver.resolve, first.config, False)
-                session = self._session(resolved, context)
-                checked = self._sized(messages)
-                logger.info("request %s: stream on talker %s (%s, %s)", session.request_id, session.talker.peer_id,
-                            resolved.voice_field, config_pb2.TextMode.Name(resolved.text_mode))
-                await session.encode_clone()
-                if resolved.text_mode == config_pb2.TEXT_MODE_NON_STREAMING:
-                    text = await session.collect_text(checked)
-                    await session.start(self.tokenizer.target_ids(text), True)
-                    session.text.num_tokens = len(self.tokenizer.target_ids(text))
-                    yield tts_pb2.StreamSynthesizeResponse(start=resolved.start_message(session.request_id))
-                else:
-                    await session.start([], False)
-                    yield tts_pb2.StreamSynthesizeResponse(start=resolved.start_message(session.request_id))
-                    session.reader = asyncio.get_running_loop().create_task(session.read_client(checked))
-                async for response in session.responses():
-                    if response.HasField("summary"):
-                        self._observe(response.summary)
-                    yield response
-        except RequestError as exc:
-            error = exc
-            await self._fail(context, exc, session.request_id if session else "-")
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            if session is not None:
-                await session.close(error)
+        async with self._request("StreamSynthesize", context) as scope:
+            messages = request_iterator.__aiter__()
+            try:
+                first = await messages.__anext__()
+            except StopAsyncIteration:
+                raise InvalidArgument("config", "no messages: the first message must be a config") from None
+            self._check_size(first, "config")
+            if first.WhichOneof("request") != "config":
+                raise InvalidArgument("config", f"the first message must be a config, got "
+                                      f"{first.WhichOneof('request') or 'an empty message'}")
+            resolved = await asyncio.to_thread(self.resolver.resolve, first.config, False)
+            session = scope.session = self._session(resolved, context)
+            checked = self._sized(messages)
+            logger.info("request %s: stream on talker %s (%s, %s)", session.request_id, session.talker.peer_id,
+                        resolved.voice_field, config_pb2.TextMode.Name(resolved.text_mode))
+            await session.encode_clone()
+            if resolved.text_mode == config_pb2.TEXT_MODE_NON_STREAMING:
+                text = await session.collect_text(checked)
+                ids = self.tokenizer.target_ids(text)
+                session.text.num_tokens = len(ids)
+                await session.start(ids, True)
+                yield tts_pb2.StreamSynthesizeResponse(start=resolved.start_message(session.request_id))
+            else:
+                await session.start([], False)
+                yield tts_pb2.StreamSynthesizeResponse(start=resolved.start_message(session.request_id))
+                session.reader = asyncio.get_running_loop().create_task(session.read_client(checked))
+            async for response in session.responses():
+                if response.HasField("summary"):
+                    self._observe(response.summary)
+                yield response
 
     async def _sized(self, messages):
         async for msg in messages:
@@ -135,50 +148,38 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     # ---- Synthesize ----------------------------------------------------------------------
     async def Synthesize(self, request: tts_pb2.SynthesizeRequest, context) -> tts_pb2.SynthesizeResponse:
-        session: Session | None = None
-        error: BaseException | None = None
-        try:
-            with self._admit("Synthesize"):
-                if not request.HasField("config"):
-                    raise InvalidArgument("config", "required")
-                resolved = await asyncio.to_thread(self.resolver.resolve, request.config, True)
-                if not request.text.strip():
-                    raise InvalidArgument("text", "empty text: nothing to synthesize")
-                if len(request.text) > self.config.max_text_chars:
-                    raise InvalidArgument("text", f"text is over the limit of {self.config.max_text_chars} characters")
-                # Collect float PCM at the output rate; WAV/Opus are then written as whole files.
-                is_file = resolved.encoding in (config_pb2.AUDIO_ENCODING_WAV, config_pb2.AUDIO_ENCODING_OGG_OPUS)
-                encoder = (StreamEncoder(config_pb2.AUDIO_ENCODING_FLOAT32, NATIVE_SAMPLE_RATE_HZ,
-                                         resolved.sample_rate_hz, resolved.speed) if is_file else None)
-                session = self._session(resolved, context, encoder)
-                session.first_text_s = time.monotonic()
-                await session.encode_clone()
-                ids = self.tokenizer.target_ids(request.text)
-                session.text.num_tokens = len(ids)
-                await session.start(ids, True)
-                parts, summary = [], None
-                async for response in session.responses():
-                    if response.HasField("audio"):
-                        parts.append(response.audio.audio)
-                    elif response.HasField("summary"):
-                        summary = response.summary
-                audio = b"".join(parts)
-                if is_file:
-                    t0 = time.perf_counter()
-                    audio = whole_file(np.frombuffer(audio, "<f4"), resolved.sample_rate_hz, resolved.encoding)
-                    summary.timings.encode_ms += (time.perf_counter() - t0) * 1e3
-                self._observe(summary)
-                return tts_pb2.SynthesizeResponse(start=resolved.start_message(session.request_id), audio=audio,
-                                                  summary=summary)
-        except RequestError as exc:
-            error = exc
-            await self._fail(context, exc, session.request_id if session else "-")
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            if session is not None:
-                await session.close(error)
+        async with self._request("Synthesize", context) as scope:
+            if not request.HasField("config"):
+                raise InvalidArgument("config", "required")
+            resolved = await asyncio.to_thread(self.resolver.resolve, request.config, True)
+            if not request.text.strip():
+                raise InvalidArgument("text", "empty text: nothing to synthesize")
+            if len(request.text) > self.config.max_text_chars:
+                raise InvalidArgument("text", f"text is over the limit of {self.config.max_text_chars} characters")
+            # Collect float PCM at the output rate; WAV/Opus are then written as whole files.
+            is_file = resolved.encoding in (config_pb2.AUDIO_ENCODING_WAV, config_pb2.AUDIO_ENCODING_OGG_OPUS)
+            encoder = (StreamEncoder(config_pb2.AUDIO_ENCODING_FLOAT32, NATIVE_SAMPLE_RATE_HZ,
+                                     resolved.sample_rate_hz, resolved.speed) if is_file else None)
+            session = scope.session = self._session(resolved, context, encoder)
+            session.first_text_s = time.monotonic()
+            await session.encode_clone()
+            ids = self.tokenizer.target_ids(request.text)
+            session.text.num_tokens = len(ids)
+            await session.start(ids, True)
+            parts, summary = [], None
+            async for response in session.responses():
+                if response.HasField("audio"):
+                    parts.append(response.audio.audio)
+                elif response.HasField("summary"):
+                    summary = response.summary
+            audio = b"".join(parts)
+            if is_file:
+                t0 = time.perf_counter()
+                audio = whole_file(np.frombuffer(audio, "<f4"), resolved.sample_rate_hz, resolved.encoding)
+                summary.timings.encode_ms += (time.perf_counter() - t0) * 1e3
+            self._observe(summary)
+            return tts_pb2.SynthesizeResponse(start=resolved.start_message(session.request_id), audio=audio,
+                                              summary=summary)
 
     # ---- voices --------------------------------------------------------------------------
     async def ListVoices(self, request, context) -> voices_pb2.ListVoicesResponse:
