@@ -114,23 +114,30 @@ def choose_block(num_cols: int) -> tuple[int, int]:
     return block_k, min(8, max(1, block_k // 256))
 
 
-def gumbel_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,
-                       hashes: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """int64 [bs]: the token of each row's Gumbel-max pick (see the module docstring), one launch."""
-    check_args(values, token_ids, keys, hashes)
+def pick_operands(name: str, values: torch.Tensor, token_ids: torch.Tensor, hashes: Optional[torch.Tensor]):
+    """What both pick launchers (gumbel_pick, warp_pick) prepare: the int64 [bs] output, rows
+    with a unit column stride, and (BLOCK_K, num_warps) for K candidates (ValueError past MAX_K)."""
     num_rows, num_cols = values.shape
     if not 1 <= num_cols <= MAX_K:
-        raise ValueError(f"gumbel_pick_triton supports 1 <= K <= {MAX_K}, got K={num_cols}")
+        raise ValueError(f"{name} supports 1 <= K <= {MAX_K}, got K={num_cols}")
     out = torch.empty(num_rows, dtype=torch.int64, device=values.device)
-    if num_rows == 0:
-        return out
     if values.stride(1) != 1:
         values = values.contiguous()
     if token_ids.stride(1) != 1:
         token_ids = token_ids.contiguous()
     if hashes is not None and hashes.stride(0) != 1:
         hashes = hashes.contiguous()
-    block_k, num_warps = choose_block(num_cols)
+    return (out, values, token_ids, hashes, *choose_block(num_cols))
+
+
+def gumbel_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, keys: torch.Tensor,
+                       hashes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int64 [bs]: the token of each row's Gumbel-max pick (see the module docstring), one launch."""
+    check_args(values, token_ids, keys, hashes)
+    out, values, token_ids, hashes, block_k, num_warps = pick_operands("gumbel_pick_triton", values, token_ids, hashes)
+    num_rows, num_cols = values.shape
+    if out.numel() == 0:
+        return out
     _gumbel_pick_kernel[(num_rows,)](
         values, token_ids, keys, token_ids if hashes is None else hashes, out,
         num_cols, values.stride(0), token_ids.stride(0), keys.stride(0),

@@ -25,7 +25,7 @@ from kernels.triton_route import TritonRoute
 from kernels.warp_pick_reference import check_args, warp_pick_reference
 
 CPU_TRITON_ENV = "QWEN3_TTS_WARPPICK_CPU_TRITON"
-MAX_K = 4096  # kernels.warp_pick_triton.MAX_K, repeated so routing never imports triton
+MAX_K = 4096  # kernels.gumbel_pick_triton.MAX_K (both picks), repeated so routing never imports triton
 
 _route = TritonRoute("warp_pick", "kernels.warp_pick_triton", "warp_pick_triton", CPU_TRITON_ENV, __name__)
 triton_failure = _route.triton_failure

@@ -34,10 +34,11 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from kernels.gumbel_pick_triton import _store_gumbel_max, choose_block
+from kernels import gumbel_pick_triton
+from kernels.gumbel_pick_triton import _store_gumbel_max, pick_operands
 from kernels.warp_pick_reference import check_args
 
-MAX_K = 4096
+MAX_K = gumbel_pick_triton.MAX_K  # one limit for both pick kernels (pick_operands checks it)
 
 
 @triton.jit
@@ -88,19 +89,10 @@ def warp_pick_triton(values: torch.Tensor, token_ids: torch.Tensor, top_k: torch
                      vocab_size: int, keys: torch.Tensor, hashes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """int64 [bs]: each row's masked Gumbel-max pick (see the module docstring), one launch."""
     check_args(values, token_ids, top_k, top_p, vocab_size, keys, hashes)
+    out, values, token_ids, hashes, block_k, num_warps = pick_operands("warp_pick_triton", values, token_ids, hashes)
     num_rows, num_cols = values.shape
-    if not 1 <= num_cols <= MAX_K:
-        raise ValueError(f"warp_pick_triton supports 1 <= K <= {MAX_K}, got K={num_cols}")
-    out = torch.empty(num_rows, dtype=torch.int64, device=values.device)
-    if num_rows == 0:
+    if out.numel() == 0:
         return out
-    if values.stride(1) != 1:
-        values = values.contiguous()
-    if token_ids.stride(1) != 1:
-        token_ids = token_ids.contiguous()
-    if hashes is not None and hashes.stride(0) != 1:
-        hashes = hashes.contiguous()
-    block_k, num_warps = choose_block(num_cols)
     _warp_pick_kernel[(num_rows,)](
         values, token_ids, top_k, top_p, keys, token_ids if hashes is None else hashes, out,
         num_cols, vocab_size, values.stride(0), token_ids.stride(0), top_k.stride(0), top_p.stride(0),
