@@ -14,12 +14,10 @@ import pytest
 from checkpoint.files import resolve_model_dir
 from process_support import TalkerProcess, VocoderProcess
 from protos import wire
-from protos.tts.internal.v1 import common_pb2, talker_pb2
-from protos.tts.v1 import config_pb2
-from talker_service.generate import Synthesizer, SynthesisRequest
+from protos.tts.internal.v1 import common_pb2
+from talker_service.generate import SynthesisRequest
 from talker_service.model import SamplingParams
-from talker_service.prompt import tokenize_target
-from test_talker_process_support import GatewayStandIn
+from test_talker_process_support import GatewayStandIn, ids_of, start_fields, tiny_synth, wait_healthy_vocoders
 from test_vocoder_process_support import one_cpu_thread
 
 pytestmark = pytest.mark.timeout(180)
@@ -31,8 +29,7 @@ ATOL = 2e-5
 
 @pytest.fixture(scope="module")
 def synth():
-    with one_cpu_thread():
-        yield Synthesizer.from_pretrained(resolve_model_dir("tiny"), max_slots=2, max_seq_len=256)
+    yield from tiny_synth()
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +49,7 @@ def stack(tmp_path_factory):
                                       "--heartbeat-interval-ms", "200", "--vocoder-timeout-s", "1.0"])
         info = talker.wait_ready(WAIT_S * 2)
         gateway = GatewayStandIn(info["requests_endpoint"])
-        deadline = time.monotonic() + WAIT_S
-        while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == 1):
-            assert time.monotonic() < deadline, talker.log_tail()
-            gateway.pump(50)
+        wait_healthy_vocoders(gateway, talker, 1, WAIT_S)
         yield dict(vocoder=vocoder, talker=talker, gateway=gateway)
     finally:
         if gateway is not None:
@@ -63,21 +57,6 @@ def stack(tmp_path_factory):
         if talker is not None:
             talker.kill()
         vocoder.kill()
-
-
-def ids_of(synth, text: str) -> list[int]:
-    return tokenize_target(synth.tokenizer, text, expected_role_ids=synth.vocab.role_ids).text_ids
-
-
-def start_fields(synth, seed: int, max_frames: int, text_ids) -> dict:
-    ids = synth.vocab.ids
-    return dict(speaker=talker_pb2.SpeakerVoice(speaker_codec_id=ids.speaker_ids["vivian"]),
-                language_codec_id=ids.language_ids["english"],
-                sampling=talker_pb2.Sampling(seed=seed, do_sample=True, temperature=0.9, top_k=50, top_p=1.0,
-                                             repetition_penalty=1.05, subtalker_do_sample=True,
-                                             subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,
-                                             max_frames=max_frames),
-                text_mode=config_pb2.TEXT_MODE_STREAMING, text_token_ids=list(text_ids), is_text_complete=False)
 
 
 def wait_first_audio(gateway: GatewayStandIn, request_id: str) -> None:
@@ -93,7 +72,7 @@ def wait_first_audio(gateway: GatewayStandIn, request_id: str) -> None:
 def test_request_parked_past_the_talker_timeout_still_completes(stack, synth):
     gateway = stack["gateway"]
     text = ids_of(synth, "The quick brown fox jumps over the lazy dog.")
-    gateway.start("parked", **start_fields(synth, 31, 16, text[:3]))
+    gateway.start("parked", **start_fields(synth, 31, 16, text[:3], complete=False))
     gateway.reply("parked", wire.MessageType.ACK, WAIT_S)
     wait_first_audio(gateway, "parked")
     settle_until = time.monotonic() + 0.5              # frames made from the leading text come in
@@ -122,7 +101,7 @@ def test_request_parked_past_the_talker_timeout_still_completes(stack, synth):
 
 def test_killed_talker_fails_its_open_request_unavailable(stack, synth):
     gateway = stack["gateway"]
-    gateway.start("doomed", **start_fields(synth, 32, 200, ids_of(synth, "Hello there")))
+    gateway.start("doomed", **start_fields(synth, 32, 200, ids_of(synth, "Hello there"), complete=False))
     gateway.reply("doomed", wire.MessageType.ACK, WAIT_S)
     wait_first_audio(gateway, "doomed")
     killed_s = time.monotonic()

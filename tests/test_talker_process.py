@@ -13,12 +13,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from checkpoint.files import resolve_model_dir
 from process_support import TalkerProcess, VocoderProcess, dead_port, free_port
 from protos import wire
-from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2, talker_pb2
+from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from protos.tts.v1 import config_pb2
-from talker_service.generate import Synthesizer, SynthesisRequest
+from talker_service.generate import SynthesisRequest
 from talker_service.model import SamplingParams
-from talker_service.prompt import tokenize_target
-from test_talker_process_support import GatewayStandIn
+from test_talker_process_support import GatewayStandIn, ids_of, start_fields, tiny_synth, wait_healthy_vocoders
 from test_vocoder_process_support import one_cpu_thread
 
 WAIT_S = 30.0
@@ -27,8 +26,7 @@ ATOL = 2e-5
 
 @pytest.fixture(scope="module")
 def synth():
-    with one_cpu_thread():
-        yield Synthesizer.from_pretrained(resolve_model_dir("tiny"), max_slots=2, max_seq_len=256)
+    yield from tiny_synth()
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +53,7 @@ def stack(tmp_path_factory):
             info = talker.wait_ready(WAIT_S * 2)
             channel = grpc.insecure_channel(f"127.0.0.1:{info['grpc_port']}")
             gateway = GatewayStandIn(info["requests_endpoint"])
-            deadline = time.monotonic() + WAIT_S   # the talker must have heard the live vocoder
-            while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == 1):
-                assert time.monotonic() < deadline, talker.log_tail()
-                gateway.pump(50)
+            wait_healthy_vocoders(gateway, talker, 1, WAIT_S)   # the talker must have heard the live vocoder
             yield dict(vocoder=vocoder, talker=talker, gateway=gateway, channel=channel, info=info)
             gateway.close()
             channel.close()
@@ -66,22 +61,6 @@ def stack(tmp_path_factory):
             if talker is not None:
                 talker.kill()
             vocoder.kill()
-
-
-def ids_of(synth, text: str) -> list[int]:
-    return tokenize_target(synth.tokenizer, text, expected_role_ids=synth.vocab.role_ids).text_ids
-
-
-def start_fields(synth, seed: int, max_frames: int, text_ids=(), complete=True, streaming=True) -> dict:
-    ids = synth.vocab.ids
-    return dict(speaker=talker_pb2.SpeakerVoice(speaker_codec_id=ids.speaker_ids["vivian"]),
-                language_codec_id=ids.language_ids["english"],
-                sampling=talker_pb2.Sampling(seed=seed, do_sample=True, temperature=0.9, top_k=50, top_p=1.0,
-                                             repetition_penalty=1.05, subtalker_do_sample=True,
-                                             subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,
-                                             max_frames=max_frames),
-                text_mode=config_pb2.TEXT_MODE_STREAMING if streaming else config_pb2.TEXT_MODE_NON_STREAMING,
-                text_token_ids=list(text_ids), is_text_complete=complete)
 
 
 def offline(synth, text_ids, seed, max_frames, streaming=True, min_frames=2):

@@ -7,9 +7,44 @@ import time
 
 import zmq
 
+from checkpoint.files import resolve_model_dir
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
-from test_vocoder_process_support import Received
+from protos.tts.v1 import config_pb2
+from talker_service.generate import Synthesizer
+from talker_service.prompt import tokenize_target
+from test_vocoder_process_support import Received, one_cpu_thread
+
+
+def tiny_synth():
+    """Module fixture body: the offline Synthesizer on the tiny checkpoint, one CPU thread."""
+    with one_cpu_thread():
+        yield Synthesizer.from_pretrained(resolve_model_dir("tiny"), max_slots=2, max_seq_len=256)
+
+
+def ids_of(synth, text: str) -> list[int]:
+    return tokenize_target(synth.tokenizer, text, expected_role_ids=synth.vocab.role_ids).text_ids
+
+
+def start_fields(synth, seed: int, max_frames: int, text_ids=(), complete=True, streaming=True) -> dict:
+    """Start fields as a gateway resolves them: vivian, English, the official sampling defaults."""
+    ids = synth.vocab.ids
+    return dict(speaker=talker_pb2.SpeakerVoice(speaker_codec_id=ids.speaker_ids["vivian"]),
+                language_codec_id=ids.language_ids["english"],
+                sampling=talker_pb2.Sampling(seed=seed, do_sample=True, temperature=0.9, top_k=50, top_p=1.0,
+                                             repetition_penalty=1.05, subtalker_do_sample=True,
+                                             subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,
+                                             max_frames=max_frames),
+                text_mode=config_pb2.TEXT_MODE_STREAMING if streaming else config_pb2.TEXT_MODE_NON_STREAMING,
+                text_token_ids=list(text_ids), is_text_complete=complete)
+
+
+def wait_healthy_vocoders(gateway: "GatewayStandIn", talker, num_healthy: int, timeout_s: float) -> None:
+    """Pump the stand-in until the talker's heartbeat reports `num_healthy` vocoders."""
+    deadline = time.monotonic() + timeout_s
+    while not (gateway.last_beat and gateway.last_beat.num_healthy_vocoders == num_healthy):
+        assert time.monotonic() < deadline, talker.log_tail()
+        gateway.pump(50)
 
 
 class GatewayStandIn:
