@@ -88,7 +88,9 @@ def test_health_serving_and_generate_codes_over_grpc(stack, synth):
     assert np.array_equal(codes, expected.numpy())
 
 
-def test_min_frames_masks_eos_until_reached_and_must_not_exceed_max_frames(stack, synth):
+def test_min_frames_over_grpc_gives_fixed_length_and_must_not_exceed_max_frames(stack, synth):
+    # The tiny checkpoint never samples EOS, so this proves the wiring end to end, not the masking;
+    # test_talker_start_reader.py checks that min_frames reaches SamplingParams on both paths.
     admin = admin_pb2_grpc.TalkerAdminStub(stack["channel"])
 
     def generate(min_frames: int, max_frames: int):

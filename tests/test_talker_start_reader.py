@@ -39,3 +39,29 @@ def test_min_frames_becomes_min_new_tokens_and_unset_keeps_the_default(reader):
 def test_min_frames_over_max_frames_is_invalid_argument(reader):
     with pytest.raises(EngineError, match="min_frames 41 exceeds max_frames 40"):
         reader.read(start(reader, max_frames=40, min_frames=41))
+
+
+def test_generate_codes_maps_min_frames_and_keeps_the_default_when_unset():
+    """The admin GenerateCodes path (the other way frame counts reach SamplingParams). The tiny
+    checkpoint never samples EOS, so a process test cannot tell min_frames was applied: this can."""
+    from checkpoint.text_tokenizer import load_text_tokenizer
+    from protos.tts.internal.v1 import admin_pb2
+    from protos.tts.v1 import config_pb2
+    from talker_service.server.admin import TalkerAdminServicer
+
+    model_dir = resolve_model_dir("tiny")
+    vocab = PromptVocab.from_config(json.loads((model_dir / "config.json").read_text()))
+    servicer = TalkerAdminServicer(jobs=None, timeout_s=1.0)
+    servicer.bind_model(vocab, load_text_tokenizer(model_dir), {"max_new_tokens": 2048}, 512)
+
+    def params(**sampling):
+        config = config_pb2.SynthesisConfig(speaker=config_pb2.SpeakerVoice(name="vivian"), language="english",
+                                            sampling=config_pb2.SamplingParams(**sampling))
+        return servicer._inputs(admin_pb2.GenerateCodesRequest(text="Hi.", config=config))[2]
+
+    fixed = params(min_frames=24, max_frames=24)
+    assert (fixed.min_new_tokens, fixed.max_new_tokens) == (24, 25)
+    default = params(max_frames=24)
+    assert (default.min_new_tokens, default.max_new_tokens) == (2, 25)
+    with pytest.raises(ValueError, match="min_frames 25 exceeds max_frames 24"):
+        params(min_frames=25, max_frames=24)
