@@ -44,7 +44,10 @@ class VocoderServiceConfig:
     graph_memory_budget_mb: float = 4096.0
     compile_step: bool = False           # torch.compile each captured shape (~1 min each at start-up)
     # --- transport and loop
-    heartbeat_interval_ms: int = 1000
+    heartbeat_interval_ms: int = 1000    # sent from a thread of their own, whatever the decode step costs
+    max_step_stall_s: float = 60.0       # a loop stuck this long (one step, a deadlock) stops heartbeating,
+                                         # so talkers fail its streams as for a dead vocoder
+    debug_step_delay_s: float = 0.0      # test hook: sleep this long after each decode step (a slow CPU)
     poll_ms: int = 20                    # longest idle wait; bounds shutdown and timer latency
     max_messages_per_poll: int = 512     # receive drain cap, so frames cannot starve decode
     router_rcv_hwm: int = 10000          # messages queued from all talkers before ZeroMQ pushes back
@@ -66,9 +69,11 @@ class VocoderServiceConfig:
                      "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("talker_timeout_s", "admin_timeout_s", "graph_memory_budget_mb"):
+        for name in ("talker_timeout_s", "admin_timeout_s", "graph_memory_budget_mb", "max_step_stall_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.debug_step_delay_s < 0:
+            problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
         if self.cpu_threads < 0:
             problems.append(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not 0 <= self.grpc_port <= 65535:

@@ -1,6 +1,8 @@
 """The vocoder's event loop: receive -> expire -> step -> send, idle when there is nothing to do.
 
-One thread owns the engine, the runner and every ZeroMQ socket. Talkers' DEALERs send FRAMES,
+One thread owns the engine and the runner; the ZeroMQ sockets are shared with one more thread,
+the periodic heartbeats (`HeartbeatThread`), under `sockets_lock`, which the loop releases only
+around the decode step: a long step on a busy CPU then never silences this vocoder. Talkers' DEALERs send FRAMES,
 ABORT and HEARTBEAT to our ROUTER (frames: identity, type, header[, codes]); PCM goes out on PUSH
 sockets to each request's reply_to; errors and heartbeats (our credits: free slots) go back on
 the ROUTER. gRPC admin calls reach the loop through `AdminBridge`.
@@ -15,6 +17,7 @@ from typing import Callable
 import zmq
 
 from protos import wire
+from service_common.heartbeat_thread import HeartbeatThread
 from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
 from vocoder_service.runner import DecoderRunner
 from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
@@ -44,6 +47,7 @@ class VocoderServer:
         self.init_engine()
         self.init_sockets()
         self.init_handlers()
+        self.init_heartbeats()
 
     def init_engine(self) -> None:
         engine_config = self.config.engine_config(self.runner.samples_per_frame, self.runner.sample_rate_hz)
@@ -62,7 +66,7 @@ class VocoderServer:
         self.poller = zmq.Poller()
         self.poller.register(self.recv_from_talkers, zmq.POLLIN)
         self.poller.register(self.admin.fileno(), zmq.POLLIN)
-        self.next_heartbeat_s = 0.0
+        self.next_maintenance_s = 0.0
         self.announced_slots_used = 0
         logger.info("vocoder %s receiving frames on %s", self.peer_id, self.endpoint)
 
@@ -76,26 +80,45 @@ class VocoderServer:
         }
         self.admin_handlers = {"stats": self.run_stats_job, "decode": self.admin_decodes.start}
 
+    def init_heartbeats(self) -> None:
+        self.sockets_lock = threading.Lock()
+        self.latest_load = self.load()   # what the heartbeat thread advertises; refreshed by the loop
+        self.beats = HeartbeatThread("vocoder", self.config.heartbeat_interval_ms / 1e3,
+                                     lambda: self.broadcast_heartbeat(self.latest_load), self.sockets_lock,
+                                     self.config.max_step_stall_s)
+
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
+        self.beats.start()
         try:
-            while not self.should_exit():
+            while True:
+                with self.sockets_lock:
+                    if self.should_exit():
+                        break
                 self.run_once()
         finally:
+            self.beats.stop()
             self.close()
 
     def run_once(self) -> None:
-        self.receive(self.idle_timeout_ms())
-        self.run_admin_jobs()
-        self.emit(self.engine.expire(self.talker_last_heard_s))
-        self.emit(self.engine.step())
-        self.housekeeping()
+        with self.sockets_lock:
+            self.receive(self.idle_timeout_ms())
+            self.maintenance()   # right after receive: peers are judged on everything they sent
+            self.run_admin_jobs()
+            self.emit(self.engine.expire(self.talker_last_heard_s))
+        outs = self.engine.step()   # the lock is free: heartbeats leave while this decodes
+        if outs and self.config.debug_step_delay_s > 0:
+            time.sleep(self.config.debug_step_delay_s)
+        with self.sockets_lock:
+            self.emit(outs)
+            self.send_credits()
+            self.latest_load = self.load()
+        self.beats.mark_progress()
 
     def idle_timeout_ms(self) -> int:
         if self.engine.has_work() or any(s.pieces for s in self.admin_decodes.streams.values()):
             return 0
-        until_heartbeat_ms = max(0.0, (self.next_heartbeat_s - time.monotonic()) * 1e3)
-        return int(min(self.config.poll_ms, until_heartbeat_ms))
+        return self.config.poll_ms
 
     def talker_last_heard_s(self, request_id: str) -> float | None:
         """When the talker owning `request_id` last sent anything; None for admin streams."""
@@ -195,24 +218,30 @@ class VocoderServer:
     def load(self):
         return engine_load(self.engine, self.runner.stats)
 
-    def housekeeping(self) -> None:
-        now = time.monotonic()
+    def send_credits(self) -> None:
+        """Credits: talkers learn at once when slots free up (the heartbeat thread repeats them each period)."""
         used = self.engine.slots.num_used
-        # Credits: tell talkers at once when slots free up, else on the heartbeat period.
-        if now >= self.next_heartbeat_s or used < self.announced_slots_used:
+        if used < self.announced_slots_used:
             self.broadcast_heartbeat()
-            self.next_heartbeat_s = now + self.config.heartbeat_interval_ms / 1e3
-            self.peers.expire(now)
-            for identity in self.outbox.unreachable:
-                self.peers.forget(identity)
-            self.outbox.unreachable.clear()
-            self.intake.sweep()
-            self.peers.prune_heard({route.identity for route in self.intake.routes.values()})
-            self.send_to_gateways.prune({s.reply_to for s in self.engine.streams.values() if s.reply_to})
         self.announced_slots_used = used
 
-    def broadcast_heartbeat(self) -> None:
-        load, is_draining = self.load(), self.draining_since_s is not None
+    def maintenance(self) -> None:
+        now = time.monotonic()
+        if now < self.next_maintenance_s:
+            return
+        self.next_maintenance_s = now + self.config.heartbeat_interval_ms / 1e3
+        self.peers.expire(now)
+        for identity in self.outbox.unreachable:
+            self.peers.forget(identity)
+        self.outbox.unreachable.clear()
+        self.intake.sweep()
+        self.peers.prune_heard({route.identity for route in self.intake.routes.values()})
+        self.send_to_gateways.prune({s.reply_to for s in self.engine.streams.values() if s.reply_to})
+
+    def broadcast_heartbeat(self, load=None) -> None:
+        """To every known talker; `load` given by the heartbeat thread (a snapshot the loop made)."""
+        load = self.load() if load is None else load
+        is_draining = self.draining_since_s is not None
         for identity in self.peers.identities():
             self.outbox.heartbeat_to_talker(identity, load, is_draining)
 
