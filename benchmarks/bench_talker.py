@@ -30,7 +30,7 @@ from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
 from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
 from talker_service.engine.graphs import capture_graph  # noqa: E402
-from talker_service.model.loader import build_empty  # noqa: E402
+from talker_service.model.talker import build_empty  # noqa: E402
 from talker_service.prompt import PromptVocab  # noqa: E402
 
 logger = logging.getLogger("bench_talker")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
-from talker_service.model.loader import build_empty  # noqa: E402
+from talker_service.model.talker import build_empty  # noqa: E402
 
 # ATen ops that return views or metadata: no kernel runs for them.
 NO_LAUNCH = frozenset({

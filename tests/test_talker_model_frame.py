@@ -98,7 +98,7 @@ def test_decode_frame_reads_no_device_data_on_the_host():
     the precondition for capturing it as one CUDA graph."""
     from checkpoint.configs import model_config
     from talker_service.model import TalkerConfig
-    from talker_service.model.loader import build_empty
+    from talker_service.model.talker import build_empty
 
     config = TalkerConfig.from_dict(model_config("custom_voice", "tiny")["talker_config"])
     model = build_empty(config, "meta", torch.float32)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +13,8 @@ from safetensors.torch import save_file
 
 from talker_service.voice import clone_prompt as cp
 from talker_service.voice.clone_prompt import VoiceClonePrompt
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _icl_prompt(hidden: int = 48, num_frames: int = 7) -> VoiceClonePrompt:
@@ -99,7 +104,14 @@ def test_invalid_prompts_name_the_problem(kwargs, message):
         VoiceClonePrompt(**kwargs)
 
 
-def test_build_clone_prompt_is_reachable_from_clone_prompt_module():
-    from talker_service.voice.builder import build_clone_prompt
+def test_clone_prompt_module_stands_apart_from_the_builder():
+    # The prompt format is read by the talker's StartReader and written by the builder; it must
+    # load without the builder (and its encoders), and the builder is reached from its own module.
+    code = ("import sys; import talker_service.voice.clone_prompt as cp; "
+            "assert 'talker_service.voice.builder' not in sys.modules, 'clone_prompt pulled in the builder'; "
+            "assert not hasattr(cp, 'build_clone_prompt'), 'clone_prompt serves build_clone_prompt again'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    from talker_service.voice.builder import build_clone_prompt, VoiceClonePrompt as BuiltType
 
-    assert cp.build_clone_prompt is build_clone_prompt
+    assert callable(build_clone_prompt) and BuiltType is VoiceClonePrompt

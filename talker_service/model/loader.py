@@ -1,19 +1,18 @@
-"""Build a TalkerModel from an official-layout checkpoint directory (config.json + model.safetensors)."""
+"""Reading an official-layout checkpoint directory (config.json + model.safetensors) for the talker.
+
+Knows files, not the model: `TalkerModel.from_checkpoint` (talker.py) builds the model and hands
+it here to be filled, so this module never imports the model back.
+"""
 from __future__ import annotations
 
 import json
-import logging
-import time
 from pathlib import Path
 
-import torch
+from torch import nn
 
 from checkpoint.errors import CheckpointError
 from checkpoint.state import load_state, read_tensors
 from talker_service.model.config import TalkerConfig
-from talker_service.model.talker import TalkerModel
-
-logger = logging.getLogger(__name__)
 
 
 def resolve_checkpoint_dir(path_or_name: str | Path) -> Path:
@@ -38,24 +37,13 @@ def read_config(directory: Path) -> dict:
         raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
 
 
-def build_empty(config: TalkerConfig, device: str | torch.device, dtype: torch.dtype) -> TalkerModel:
-    """Uninitialised parameters on `device`: no CPU fp32 copy of a 2B-parameter model, no init cost."""
-    with torch.device("meta"):
-        model = TalkerModel(config)
-    return model.to(dtype=dtype).to_empty(device=device).eval().requires_grad_(False)
-
-
-def load_talker(path_or_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
-                max_slots: int = 1, max_seq_len: int = 2048) -> TalkerModel:
-    directory = resolve_checkpoint_dir(path_or_dir)
-    started_s = time.perf_counter()
+def read_talker_config(directory: Path) -> TalkerConfig:
     raw = read_config(directory)
     if "talker_config" not in raw:
         raise CheckpointError(f"{directory / 'config.json'} has no talker_config (not a Qwen3-TTS model config)")
-    config = TalkerConfig.from_dict(raw["talker_config"])
-    model = build_empty(config, device, dtype)
-    tensors = read_tensors(directory)
-    load_state(model, tensors, prefix="talker.", source=str(directory / "model.safetensors"))
-    model.init_runtime(max_slots=max_slots, max_seq_len=max_seq_len)
-    logger.info("loaded talker from %s (%s, %s) in %.1f s", directory, device, dtype, time.perf_counter() - started_s)
-    return model
+    return TalkerConfig.from_dict(raw["talker_config"])
+
+
+def load_talker_weights(model: nn.Module, directory: Path) -> None:
+    """Fill `model` (a TalkerModel) with the checkpoint's `talker.*` tensors, names unchanged."""
+    load_state(model, read_tensors(directory), prefix="talker.", source=str(directory / "model.safetensors"))

@@ -8,6 +8,7 @@ together with sampling and the predictor (`frame.py`), as one CUDA graph.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 from talker_service.model.config import TalkerConfig
 from talker_service.model.kv_cache import SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
+from talker_service.model.loader import load_talker_weights, read_talker_config, resolve_checkpoint_dir
 from talker_service.model.predictor import CodePredictor
 from talker_service.model.sampling import RowSampling
 
@@ -59,9 +61,16 @@ class TalkerModel(nn.Module):
     @classmethod
     def from_checkpoint(cls, path_or_dir: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.bfloat16, max_slots: int = 1, max_seq_len: int = 2048) -> "TalkerModel":
-        from talker_service.model.loader import load_talker
-
-        return load_talker(path_or_dir, device=device, dtype=dtype, max_slots=max_slots, max_seq_len=max_seq_len)
+        """The talker of a checkpoint directory (or a name the project's resolver knows), with its
+        runtime (KV cache of max_slots x max_seq_len) allocated."""
+        directory = resolve_checkpoint_dir(path_or_dir)
+        started_s = time.perf_counter()
+        model = build_empty(read_talker_config(directory), device, dtype)
+        load_talker_weights(model, directory)
+        model.init_runtime(max_slots=max_slots, max_seq_len=max_seq_len)
+        logger.info("loaded talker from %s (%s, %s) in %.1f s", directory, device, dtype,
+                    time.perf_counter() - started_s)
+        return model
 
     # ---- runtime state -------------------------------------------------------------------
 
@@ -192,3 +201,10 @@ class TalkerModel(nn.Module):
         1..15 (hash_noise.group_keys(seeds, steps, 1, 15))."""
         return self.code_predictor.forward_frame(past_hidden, self.embed_codec(c0), sub, keys,
                                                  candidate_k=candidate_k, return_logits=return_logits)
+
+
+def build_empty(config: TalkerConfig, device: str | torch.device, dtype: torch.dtype) -> TalkerModel:
+    """Uninitialised parameters on `device`: no CPU fp32 copy of a 2B-parameter model, no init cost."""
+    with torch.device("meta"):
+        model = TalkerModel(config)
+    return model.to(dtype=dtype).to_empty(device=device).eval().requires_grad_(False)

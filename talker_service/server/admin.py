@@ -18,7 +18,7 @@ from talker_service.model import SamplingParams
 from talker_service.prompt import (DEFAULT_NON_STREAMING_MODE, PromptRequest, new_text_feed, tokenize_instruct,
                                    tokenize_target)
 from talker_service.server.admin_jobs import AdminJobs, JobsClosed
-from talker_service.server.loop import summary_of
+from talker_service.server.summary import summary_of
 
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["TalkerAdmin"].full_name
 _SAMPLING_FIELDS = {"seed": "seed", "do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",

@@ -6,57 +6,73 @@ their frames are lost, so they could never finish.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
 
 from protos.tts.internal.v1 import vocoder_pb2
 from talker_service.engine import ErrorOut, FramesOut
-from talker_service.server.routes import Route
+from talker_service.server.outbox import Outbox
+from talker_service.server.routes import Route, RouteTable
 from talker_service.server.summary import summary_of
 from talker_service.server.vocoders import VocoderLink
 
-if TYPE_CHECKING:
-    from talker_service.server.loop import TalkerServer
+
+@dataclass
+class FramesBatch:
+    """One FRAMES message to one vocoder: an entry per request, its rows back to back."""
+    link: VocoderLink
+    entries: list[vocoder_pb2.FramesEntry] = field(default_factory=list)
+    codes: list[np.ndarray] = field(default_factory=list)   # [n_i, 16] per entry
+    routes: list[Route] = field(default_factory=list)
 
 
-def emit_outputs(server: "TalkerServer", outs: list[FramesOut | ErrorOut]) -> None:
-    s = server
-    batches: dict[int, tuple[VocoderLink, list, list, list[Route]]] = {}
-    for out in outs:
-        route = s.routes.get(out.request_id)
-        if route is None:
-            continue
-        if isinstance(out, ErrorOut):
-            s.end_route(route, out.code, out.message)
-        elif route.sink is not None:
-            route.sink.put(out)
-            if out.is_final:
-                s.routes.pop(out.request_id, None)
-        else:
-            link, entries, codes, routes = batches.setdefault(id(route.vocoder), (route.vocoder, [], [], []))
-            entry = vocoder_pb2.FramesEntry(request_id=out.request_id, seq=out.seq, is_final=out.is_final)
-            rows = out.codes
-            if out.seq == 0:
-                entry.reply_to = route.reply_to
-                if route.context_codes is not None:   # the decoder's left context, not emitted as audio
-                    entry.num_context_frames = route.context_codes.shape[0]
-                    rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
-            if out.is_final:
-                entry.summary.CopyFrom(summary_of(out))
-                s.forget(route)
-            entries.append(entry)
-            codes.append(rows)
-            routes.append(route)
-    for link, entries, codes, routes in batches.values():
+class Emitter:
+    def __init__(self, routes: RouteTable, outbox: Outbox) -> None:
+        self.routes = routes
+        self.outbox = outbox
+
+    def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
+        batches: dict[int, FramesBatch] = {}   # keyed by id(link): links are not hashable
+        for out in outs:
+            route = self.routes.get(out.request_id)
+            if route is None:   # ended this turn already (abort, vocoder loss)
+                continue
+            if isinstance(out, ErrorOut):
+                self.routes.end_route(route, out.code, out.message)
+            elif route.sink is not None:
+                route.sink.put(out)
+                if out.is_final:
+                    self.routes.forget(route)
+            else:
+                self.add_frames(batches.setdefault(id(route.vocoder), FramesBatch(route.vocoder)), route, out)
+        for batch in batches.values():
+            self.send(batch)
+
+    def add_frames(self, batch: FramesBatch, route: Route, out: FramesOut) -> None:
+        entry = vocoder_pb2.FramesEntry(request_id=out.request_id, seq=out.seq, is_final=out.is_final)
+        rows = out.codes
+        if out.seq == 0:
+            entry.reply_to = route.reply_to
+            if route.context_codes is not None:   # the decoder's left context, not emitted as audio
+                entry.num_context_frames = route.context_codes.shape[0]
+                rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
+        if out.is_final:
+            entry.summary.CopyFrom(summary_of(out))
+            self.routes.forget(route)
+        batch.entries.append(entry)
+        batch.codes.append(rows)
+        batch.routes.append(route)
+
+    def send(self, batch: FramesBatch) -> None:
+        link = batch.link
         try:
-            s.outbox.frames_to_vocoder(link, entries, codes)
+            self.outbox.frames_to_vocoder(link, batch.entries, batch.codes)
         except zmq.ZMQError as exc:
             why = f"did not accept frames ({exc})"
             link.last_heartbeat_s = None   # unhealthy until it heartbeats again: new requests go elsewhere
-            for route in routes:   # some of them just finished: their routes are gone already
-                s.engine.fail(route.request_id, "UNAVAILABLE", why)
-                s.end_route(route, "UNAVAILABLE", f"request {route.request_id!r}: vocoder {link.name} {why}",
-                            notify_vocoder=False)
-            s.fail_vocoder(link, why)
+            for route in batch.routes:   # some of them just finished: their routes are gone already
+                self.routes.fail_route(route, "UNAVAILABLE", f"request {route.request_id!r}: vocoder {link.name} {why}",
+                                       notify_vocoder=False)
+            self.routes.fail_vocoder(link, why)

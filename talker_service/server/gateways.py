@@ -41,6 +41,19 @@ class GatewayPeers:
         if peer is not None and beat.peer_id:
             peer.peer_id = beat.peer_id
 
+    def add_request(self, identity: bytes, request_id: str) -> None:
+        peer = self.peers.get(identity)
+        if peer is not None:   # always known: any message touches its sender first
+            peer.requests.add(request_id)
+
+    def discard_request(self, identity: bytes, request_id: str) -> None:
+        peer = self.peers.get(identity)
+        if peer is not None:   # None once expired: its requests were aborted with it
+            peer.requests.discard(request_id)
+
+    def identities(self) -> list[bytes]:
+        return list(self.peers)
+
     def name(self, identity: bytes) -> str:
         peer = self.peers.get(identity)
         return peer.peer_id if peer is not None else identity.hex()

@@ -1,11 +1,15 @@
-"""The talker's event loop: receive -> step -> emit -> housekeeping, idle when nothing can run.
+"""The talker's event loop: receive -> admin jobs -> step -> emit -> housekeeping, idle when
+nothing can run.
 
 One thread owns the engine and every ZeroMQ socket: the ROUTER gateways connect to, and one
-DEALER per vocoder. Each step's frames are sent as one FRAMES message per vocoder. gRPC admin
-calls reach the loop through `AdminJobs`.
-
-This module owns the sockets, the loop and request ending; beside it `intake` handles gateway
-requests, `emit` routes each step's outputs, `housekeeping` runs the timers.
+DEALER per vocoder. Messages go through handler tables keyed by message type to components that
+own their state and are handed what they need; none of them sees this class:
+- `GatewayIntake` (START admitted to the engine's queue, TEXT, END, ABORT), `VocoderIntake`
+  (vocoder heartbeats and errors), `VoiceRequests` (ENCODE_VOICE, on a worker thread);
+- `RouteTable`: every live request's route, and the one place requests are ended;
+- `Emitter`: each step's frames as one FRAMES message per vocoder;
+- `Housekeeping` (liveness, deadlines) and `Heartbeats` (what we send, and when);
+- `AdminJobs` / `AdminGenerations`: gRPC admin calls run on this thread.
 """
 from __future__ import annotations
 
@@ -16,26 +20,24 @@ import time
 import zmq
 
 from protos import wire
-from protos.tts.internal.v1 import common_pb2, talker_pb2
-from talker_service.engine import EngineError, ErrorOut, FramesOut, TalkerEngine
-from talker_service.server.admin_jobs import AdminJobs
+from talker_service.engine import TalkerEngine
+from talker_service.server.admin_jobs import AdminGenerations, AdminJobs, Job
 from talker_service.server.config import TalkerServiceConfig
-from talker_service.server.emit import emit_outputs
+from talker_service.server.emit import Emitter
 from talker_service.server.gateways import GatewayPeers
-from talker_service.server.housekeeping import HELLO_INTERVAL_S, run_housekeeping
-from talker_service.server.intake import GatewayIntake
+from talker_service.server.heartbeats import Heartbeats
+from talker_service.server.housekeeping import Housekeeping
+from talker_service.server.intake import GatewayIntake, VocoderIntake
 from talker_service.server.outbox import Outbox
-from talker_service.server.routes import Route
+from talker_service.server.routes import RouteTable
 from talker_service.server.start import StartReader
 from talker_service.server.stats import talker_stats
-from talker_service.server.summary import FINISH_REASONS, summary_of
 from talker_service.server.vocoders import VocoderLink, VocoderLinks
-from talker_service.server.voice_jobs import VoiceEncoding
-
-# HELLO_INTERVAL_S, FINISH_REASONS, summary_of moved out; re-exported as admin.py imports from here.
-__all__ = ["FINISH_REASONS", "HELLO_INTERVAL_S", "TalkerServer", "summary_of"]
+from talker_service.server.voice_jobs import VoiceEncoding, VoiceRequests
 
 logger = logging.getLogger(__name__)
+
+SHUTDOWN_LINGER_MS = 500
 
 
 class TalkerServer:
@@ -45,15 +47,14 @@ class TalkerServer:
         self.config = config
         self.engine = engine
         self.model_name = model_name
-        self.start_reader = start_reader
         self.admin = admin if admin is not None else AdminJobs()
         # ENCODE_VOICE; without one (no checkpoint given) every request is refused FAILED_PRECONDITION
         self.voices = voices if voices is not None else VoiceEncoding(None, engine.vocab.model_type, model_name, 0)
         self.peer_id = config.resolved_peer_id()
         self.started_s = time.monotonic()
         self.stop_requested = threading.Event()
-        self.routes: dict[str, Route] = {}
         self.init_sockets()
+        self.init_components(start_reader)
         self.init_handlers()
 
     def init_sockets(self) -> None:
@@ -63,6 +64,7 @@ class TalkerServer:
         self.recv_from_gateways.setsockopt(zmq.RCVHWM, cfg.router_rcv_hwm)
         self.recv_from_gateways.setsockopt(zmq.SNDHWM, cfg.router_snd_hwm)
         self.recv_from_gateways.setsockopt(zmq.LINGER, 0)
+        # a send to a gateway that went away raises EHOSTUNREACH instead of vanishing silently
         self.recv_from_gateways.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.recv_from_gateways.bind(cfg.bind)
         self.endpoint = self.recv_from_gateways.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -72,19 +74,40 @@ class TalkerServer:
         self.vocoders = VocoderLinks(self.context, cfg.vocoder_endpoints(), cfg.vocoder_snd_hwm, cfg.vocoder_timeout_s,
                                      poller=self.poller, resolve_interval_s=cfg.resolve_interval_s)
         self.gateways = GatewayPeers(cfg.gateway_timeout_s)
-        self.outbox = Outbox(self.recv_from_gateways, self.peer_id, self.model_name, cfg.heartbeat_interval_ms)
-        self.next_heartbeat_s = 0.0
+        self.outbox = Outbox(self.recv_from_gateways, self.peer_id)
         logger.info("talker %s receiving requests on %s", self.peer_id, self.endpoint)
 
+    def init_components(self, start_reader: StartReader) -> None:
+        cfg = self.config
+        self.routes = RouteTable(self.engine, self.outbox, self.gateways)
+        self.heartbeats = Heartbeats(self.outbox, self.vocoders, self.gateways, self.engine.load,
+                                     self.stop_requested.is_set, peer_id=self.peer_id, model=self.model_name,
+                                     interval_ms=cfg.heartbeat_interval_ms)
+        self.intake = GatewayIntake(self.routes, self.engine, self.vocoders, self.gateways, start_reader, self.outbox,
+                                    peer_id=self.peer_id, model_name=self.model_name)
+        self.vocoder_intake = VocoderIntake(self.vocoders, self.routes)
+        self.voice_requests = VoiceRequests(self.voices, self.outbox)
+        self.emitter = Emitter(self.routes, self.outbox)
+        self.generations = AdminGenerations(self.routes, self.engine)
+        self.housekeeping = Housekeeping(self.vocoders, self.gateways, self.routes, self.heartbeats,
+                                         gateway_check_interval_s=cfg.heartbeat_interval_ms / 1e3)
+
     def init_handlers(self) -> None:
-        self.intake = GatewayIntake(self)
-        self.gateway_handlers = {
-            wire.MessageType.START: self.intake.on_start,
-            wire.MessageType.TEXT: self.intake.on_text,
-            wire.MessageType.END: self.intake.on_end,
-            wire.MessageType.ABORT: self.intake.on_abort,
-            wire.MessageType.HEARTBEAT: self.gateways.heartbeat,
+        intake = self.intake
+        self.gateway_handlers = {   # (identity, header, array) per accepted message type
+            wire.MessageType.START: lambda identity, start, _: intake.on_start(identity, start),
+            wire.MessageType.TEXT: lambda identity, text, _: intake.on_text(identity, text),
+            wire.MessageType.END: lambda identity, end, _: intake.on_end(identity, end),
+            wire.MessageType.ABORT: lambda identity, abort, _: intake.on_abort(identity, abort),
+            wire.MessageType.HEARTBEAT: lambda identity, beat, _: self.gateways.heartbeat(identity, beat),
+            wire.MessageType.ENCODE_VOICE: self.voice_requests.on_encode_voice,   # its array: the audio
         }
+        self.vocoder_handlers = {   # (link, header); other types from a vocoder are ignored
+            wire.MessageType.HEARTBEAT: self.vocoder_intake.on_heartbeat,
+            wire.MessageType.ERROR: self.vocoder_intake.on_error,
+        }
+        self.admin_handlers = {"stats": self.run_stats_job, "generate": self.generations.start,
+                               "cancel": self.generations.cancel}
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -95,14 +118,19 @@ class TalkerServer:
             self.close()
 
     def run_once(self) -> None:
-        self.receive(0 if self.engine.has_runnable() else self.config.poll_ms)
-        self.answer_voices()
-        self.admin.run(self)
+        self.receive(self.idle_timeout_ms())
+        self.run_admin_jobs()
         if self.engine.has_runnable():
-            self.emit(self.engine.step())
-        self.housekeeping()
+            self.emitter.emit(self.engine.step())
+        self.voice_requests.send_answers()
+        self.housekeeping.run(time.monotonic())
+
+    def idle_timeout_ms(self) -> int:
+        """No wait while a step can run; else until a message, bounded for timers and admin jobs."""
+        return 0 if self.engine.has_runnable() else self.config.poll_ms
 
     def request_stop(self) -> None:
+        """Thread- and signal-safe: the loop stops at its next turn."""
         self.stop_requested.set()
 
     # ---- receive -----------------------------------------------------------------------------
@@ -113,21 +141,19 @@ class TalkerServer:
                 frames = self.recv_from_gateways.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            self.from_gateway(frames[0].bytes, frames[1:])
+            self.dispatch_gateway(frames[0].bytes, frames[1:])
         for link in self.vocoders.links:
             if link.socket in ready:
-                self.from_vocoder(link)
+                self.receive_from_vocoder(link)
 
-    def from_gateway(self, identity: bytes, body: list) -> None:
-        if self.gateways.touch(identity, time.monotonic()):
-            self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, self.heartbeat())
+    def dispatch_gateway(self, identity: bytes, body: list) -> None:
+        now_s = time.monotonic()
+        if self.gateways.touch(identity, now_s):
+            self.heartbeats.greet_gateway(identity, now_s)
         try:
             msg_type, header, array = wire.decode(body)
         except ValueError as exc:
             self.outbox.error_to_gateway(identity, "", "INVALID_ARGUMENT", f"malformed message: {exc}")
-            return
-        if msg_type == wire.MessageType.ENCODE_VOICE:   # the only gateway message with an array frame
-            self.encode_voice(identity, header, array)
             return
         handler = self.gateway_handlers.get(msg_type)
         if handler is None:
@@ -135,14 +161,14 @@ class TalkerServer:
                                          f"{msg_type.name} is not accepted by this talker")
             return
         try:
-            handler(identity, header)
+            handler(identity, header, array)
         except Exception:   # one bad message must not take down every other stream
             logger.exception("%s from gateway %s crashed its handler", msg_type.name, self.gateways.name(identity))
             rid = getattr(header, "request_id", "")
             if rid in self.routes:
-                self.fail_request(rid, "INTERNAL", f"{msg_type.name} handling failed on the talker")
+                self.routes.fail(rid, "INTERNAL", f"{msg_type.name} handling failed on the talker")
 
-    def from_vocoder(self, link: VocoderLink) -> None:
+    def receive_from_vocoder(self, link: VocoderLink) -> None:
         for _ in range(self.config.max_messages_per_poll):
             try:
                 msg_type, header, _ = wire.decode(link.socket.recv_multipart(flags=zmq.NOBLOCK))
@@ -151,96 +177,35 @@ class TalkerServer:
             except ValueError as exc:
                 logger.warning("malformed message from vocoder %s: %s", link.name, exc)
                 continue
-            if msg_type == wire.MessageType.HEARTBEAT:
-                if self.vocoders.heartbeat(link, header, time.monotonic()):
-                    self.fail_vocoder(link, "restarted and lost its streams")
-            elif msg_type == wire.MessageType.ERROR and header.request_id in link.streams:
-                code = common_pb2.StatusCode.Name(header.code or common_pb2.STATUS_CODE_UNKNOWN)
-                self.fail_request(header.request_id, code.removeprefix("STATUS_CODE_"),
-                                  f"vocoder {link.name}: {header.message}", notify_vocoder=False)
-            elif msg_type == wire.MessageType.ERROR:
-                logger.warning("error from vocoder %s: %s", link.name, header.message)
+            handler = self.vocoder_handlers.get(msg_type)
+            try:
+                if handler is not None:
+                    handler(link, header)
+            except Exception:   # as for gateways: the loop and every other stream go on
+                logger.exception("%s from vocoder %s crashed its handler", msg_type.name, link.name)
 
-    # ---- voice cloning (ENCODE_VOICE) --------------------------------------------------------------
-    def encode_voice(self, identity: bytes, request: talker_pb2.EncodeVoice, audio) -> None:
-        try:
-            self.voices.submit(identity, request, audio)
-        except EngineError as exc:
-            logger.warning("request %s: ENCODE_VOICE refused: %s", request.request_id or "-", exc.message)
-            self.outbox.error_to_gateway(identity, request.request_id, exc.code, exc.message)
+    # ---- admin (gRPC) jobs ---------------------------------------------------------------------
+    def run_admin_jobs(self) -> None:
+        for job in self.admin.take_all():
+            try:
+                self.admin_handlers[job.kind](job)
+            except Exception as exc:   # reported to the gRPC caller; the loop goes on
+                logger.exception("admin %s job failed", job.kind)
+                job.replies.put(exc)
 
-    def answer_voices(self) -> None:
-        for answer in self.voices.take_finished():
-            if answer.error is not None:
-                self.outbox.error_to_gateway(answer.identity, answer.request_id, answer.error.code,
-                                             answer.error.message)
-            else:
-                self.outbox.to_gateway(answer.identity, wire.MessageType.VOICE_ENCODED, answer.encoded)
+    def run_stats_job(self, job: Job) -> None:
+        now_s = time.monotonic()
+        job.replies.put(talker_stats(self.engine, self.vocoders, self.gateways, peer_id=self.peer_id,
+                                     model=self.model_name, uptime_s=now_s - self.started_s, now_s=now_s,
+                                     reset=job.payload))
 
-    # ---- emit ------------------------------------------------------------------------------------
-    def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
-        emit_outputs(self, outs)
-
-    # ---- ending requests -------------------------------------------------------------------------
-    def forget(self, route: Route) -> None:
-        self.routes.pop(route.request_id, None)
-        if route.vocoder is not None:
-            route.vocoder.streams.discard(route.request_id)
-        peer = self.gateways.peers.get(route.gateway) if route.gateway is not None else None
-        if peer is not None:
-            peer.requests.discard(route.request_id)
-
-    def end_route(self, route: Route, code: str, message: str, notify_vocoder: bool = True) -> None:
-        """The request ends with an error: tell its gateway (or admin caller) and its vocoder."""
-        self.forget(route)
-        if route.sink is not None:
-            route.sink.put(ErrorOut(route.request_id, code, message))
-            return
-        self.outbox.error_to_gateway(route.gateway, route.request_id, code, message)
-        if notify_vocoder and route.vocoder is not None:
-            self.outbox.abort_to_vocoder(route.vocoder, route.request_id, code, message)
-
-    def fail_request(self, request_id: str, code: str, message: str, notify_vocoder: bool = True) -> None:
-        route = self.routes.get(request_id)
-        logger.warning("request %s failed (%s): %s", request_id, code, message)
-        self.engine.fail(request_id, code, message)
-        if route is not None:
-            self.end_route(route, code, message, notify_vocoder)
-
-    def abort_request(self, request_id: str, reason: str, message: str) -> None:
-        route = self.routes.get(request_id)
-        self.engine.abort(request_id)
-        if route is not None:
-            self.forget(route)
-            if route.vocoder is not None:
-                self.outbox.abort_to_vocoder(route.vocoder, request_id, reason, message)
-
-    def fail_vocoder(self, link: VocoderLink, why: str) -> None:
-        rids = sorted(link.streams)
-        logger.warning("vocoder %s %s: failing %d requests with UNAVAILABLE", link.name, why, len(rids))
-        for rid in rids:
-            self.fail_request(rid, "UNAVAILABLE", f"request {rid!r}: vocoder {link.name} {why}", notify_vocoder=False)
-
-    # ---- timers ------------------------------------------------------------------------------------
-    def heartbeat(self) -> common_pb2.Heartbeat:
-        load = common_pb2.Load(**self.engine.load())
-        return self.outbox.heartbeat(load, self.vocoders.num_healthy(time.monotonic()),
-                                     is_draining=self.stop_requested.is_set())
-
-    def housekeeping(self) -> None:
-        run_housekeeping(self)
-
-    def stats(self, reset: bool = False):
-        return talker_stats(self, reset)
-
+    # ---- shutdown ----------------------------------------------------------------------------
     def close(self) -> None:
-        for rid in list(self.routes):
-            self.fail_request(rid, "UNAVAILABLE", f"request {rid!r}: the talker shut down")
+        self.routes.fail_all("the talker shut down")
         self.admin.close()
         self.voices.close()
-        self.vocoders.close(linger_ms=500)
-        self.recv_from_gateways.close(linger=500)
+        # the shutdown errors just queued get SHUTDOWN_LINGER_MS to leave, no more
+        self.vocoders.close(linger_ms=SHUTDOWN_LINGER_MS)
+        self.recv_from_gateways.close(linger=SHUTDOWN_LINGER_MS)
         self.context.term()
         logger.info("talker loop stopped")
-
-

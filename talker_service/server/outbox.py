@@ -1,11 +1,10 @@
-"""Everything the talker sends: replies and heartbeats to gateways (ROUTER), frames and aborts to
-vocoders (DEALERs). Sends never block; a gateway send that fails is logged (that gateway will be
-expired), a vocoder send that fails raises for the caller to fail the requests involved."""
+"""Everything the talker sends: replies and heartbeats to gateways (ROUTER), frames, aborts and
+heartbeats to vocoders (DEALERs). Sends never block; a gateway send that fails is logged (that
+gateway will be expired), a FRAMES send that fails raises for the caller to fail the requests
+involved. What a heartbeat says is built by `Heartbeats` (heartbeats.py); this only sends it."""
 from __future__ import annotations
 
 import logging
-import secrets
-import time
 
 import numpy as np
 import zmq
@@ -23,12 +22,9 @@ def status_code(name: str) -> int:
 
 
 class Outbox:
-    def __init__(self, router: zmq.Socket, peer_id: str, model: str, interval_ms: int) -> None:
+    def __init__(self, router: zmq.Socket, peer_id: str) -> None:
         self.router = router
-        self.peer_id = peer_id
-        self.model = model
-        self.interval_ms = interval_ms
-        self.incarnation = secrets.randbits(63)
+        self.peer_id = peer_id           # Error.origin and FramesChunk.talker_id
         self.num_gateway_send_failures = 0
 
     # ---- gateways ---------------------------------------------------------------------------
@@ -44,13 +40,6 @@ class Outbox:
     def error_to_gateway(self, identity: bytes, request_id: str, code: str, message: str) -> None:
         self.to_gateway(identity, wire.MessageType.ERROR, common_pb2.Error(
             request_id=request_id, code=status_code(code), message=message, origin=self.peer_id))
-
-    def heartbeat(self, load: common_pb2.Load, num_healthy_vocoders: int, is_draining: bool = False
-                  ) -> common_pb2.Heartbeat:
-        return common_pb2.Heartbeat(
-            peer_id=self.peer_id, role=common_pb2.PEER_ROLE_TALKER, incarnation=self.incarnation,
-            sent_unix_ms=int(time.time() * 1e3), interval_ms=self.interval_ms, is_draining=is_draining,
-            load=load, model=self.model, num_healthy_vocoders=num_healthy_vocoders)
 
     # ---- vocoders ---------------------------------------------------------------------------
     def frames_to_vocoder(self, link: VocoderLink, entries: list[vocoder_pb2.FramesEntry],

@@ -1,24 +1,21 @@
-"""TalkerStats (admin GetStats) from the engine's counters and the server's peers."""
+"""TalkerStats (admin GetStats) from the engine's counters and the talker's peers."""
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
-
 from protos.tts.internal.v1 import admin_pb2, common_pb2
+from talker_service.engine import TalkerEngine
+from talker_service.server.gateways import GatewayPeers
+from talker_service.server.vocoders import VocoderLinks
 
 GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate")
 
-if TYPE_CHECKING:
-    from talker_service.server.loop import TalkerServer
 
-
-def talker_stats(server: "TalkerServer", reset: bool) -> admin_pb2.TalkerStats:
-    engine, now_s = server.engine, time.monotonic()
+def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: GatewayPeers, *, peer_id: str, model: str,
+                 uptime_s: float, now_s: float, reset: bool) -> admin_pb2.TalkerStats:
+    """A snapshot; `reset` then clears the engine's latency windows (counters keep counting)."""
     s = engine.stats
     graph_summary = engine.runner.graph_stats.summary()
     stats = admin_pb2.TalkerStats(
-        peer_id=server.peer_id, model=server.model_name, uptime_s=now_s - server.started_s,
-        load=common_pb2.Load(**engine.load()),
+        peer_id=peer_id, model=model, uptime_s=uptime_s, load=common_pb2.Load(**engine.load()),
         requests=admin_pb2.RequestCounters(num_started=s.num_started, num_finished=s.num_finished,
                                            num_aborted=s.num_aborted, num_failed=s.num_failed,
                                            num_refused=s.num_refused),
@@ -29,7 +26,7 @@ def talker_stats(server: "TalkerServer", reset: bool) -> admin_pb2.TalkerStats:
         graphs=admin_pb2.GraphStats(**{name: graph_summary[name] for name in GRAPH_STATS_FIELDS}),
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,
         max_context_tokens=engine.config.max_seq_len,
-        vocoders=server.vocoders.status(now_s), gateways=server.gateways.status(now_s))
+        vocoders=vocoders.status(now_s), gateways=gateways.status(now_s))
     if reset:
         s.reset_windows()
     return stats

@@ -39,7 +39,6 @@ class VocoderLink:
     load: common_pb2.Load = field(default_factory=common_pb2.Load)
     streams: set = field(default_factory=set)          # request ids routed here
     num_opened_since_heartbeat: int = 0
-    last_hello_s: float = 0.0                          # our last heartbeat to it while unheard
 
     @property
     def name(self) -> str:

@@ -6,7 +6,8 @@ The loop checks the request at once (model, sizes, capacity) and answers refusal
 worker loads both encoders on its first job (Base checkpoints only, once) and hands finished
 answers back through `take_finished()`, which the loop drains every iteration. At most
 `max_pending` encodings are queued or running; beyond that the request is refused with
-RESOURCE_EXHAUSTED instead of waiting without bound.
+RESOURCE_EXHAUSTED instead of waiting without bound. `VoiceRequests` is the loop's side: the
+ENCODE_VOICE handler and the answers sent back to each gateway.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ import numpy as np
 import torch
 
 from checkpoint.errors import CheckpointError
+from protos import wire
 from protos.tts.internal.v1 import talker_pb2
 from talker_service.engine import EngineError
+from talker_service.server.outbox import Outbox
 from talker_service.voice.builder import build_clone_prompt
 from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio
 
@@ -180,3 +183,26 @@ class VoiceEncoding:
             prompt.num_reference_frames = codes.shape[0]
             prompt.reference_text_token_ids.extend(request.reference_text_token_ids)
         return prompt
+
+
+class VoiceRequests:
+    """ENCODE_VOICE on the loop thread: refusals answered at once, finished encodings sent back."""
+
+    def __init__(self, voices: VoiceEncoding, outbox: Outbox) -> None:
+        self.voices = voices
+        self.outbox = outbox
+
+    def on_encode_voice(self, identity: bytes, request: talker_pb2.EncodeVoice, audio: np.ndarray | None) -> None:
+        try:
+            self.voices.submit(identity, request, audio)
+        except EngineError as exc:
+            logger.warning("request %s: ENCODE_VOICE refused: %s", request.request_id or "-", exc.message)
+            self.outbox.error_to_gateway(identity, request.request_id, exc.code, exc.message)
+
+    def send_answers(self) -> None:
+        for answer in self.voices.take_finished():
+            if answer.error is not None:
+                self.outbox.error_to_gateway(answer.identity, answer.request_id, answer.error.code,
+                                             answer.error.message)
+            else:
+                self.outbox.to_gateway(answer.identity, wire.MessageType.VOICE_ENCODED, answer.encoded)

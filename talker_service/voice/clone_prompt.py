@@ -181,12 +181,3 @@ def _describe(value) -> str:
         return f"tensor of shape {tuple(value.shape)} dtype {value.dtype}"
     return type(value).__name__
 
-
-def __getattr__(name: str):
-    # `build_clone_prompt` lives in builder.py (it pulls the encoders); served from here lazily
-    # so importing the dataclass stays cheap and free of import cycles.
-    if name == "build_clone_prompt":
-        from talker_service.voice.builder import build_clone_prompt
-
-        return build_clone_prompt
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

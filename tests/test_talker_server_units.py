@@ -1,0 +1,222 @@
+"""The talker server's components, each on its own: no model, no sockets, no loop.
+
+Every component is handed its parts, so a recording outbox and a stand-in engine are enough to
+check what goes on the wire when a request ends, frames are batched, a vocoder refuses frames, a
+gateway goes silent, or a heartbeat is due.
+"""
+from __future__ import annotations
+
+import queue
+
+import numpy as np
+import pytest
+import zmq
+
+from talker_service.engine import ErrorOut, FramesOut
+from talker_service.server.emit import Emitter
+from talker_service.server.gateways import GatewayPeers
+from talker_service.server.heartbeats import HELLO_INTERVAL_S, Heartbeats
+from talker_service.server.housekeeping import Housekeeping
+from talker_service.server.routes import Route, RouteTable
+from talker_service.server.vocoders import VocoderLink
+
+GATEWAY = b"gw-1"
+INTERVAL_MS = 1000
+
+
+class RecordingOutbox:
+    """The Outbox's methods, recording (kind, destination, ...) instead of sending."""
+
+    def __init__(self, refuse_frames: bool = False) -> None:
+        self.sent: list[tuple] = []
+        self.refuse_frames = refuse_frames
+
+    def to_gateway(self, identity, msg_type, header) -> bool:
+        self.sent.append(("gateway", identity, msg_type.name, header))
+        return True
+
+    def error_to_gateway(self, identity, request_id, code, message) -> None:
+        self.sent.append(("error", identity, request_id, code))
+
+    def frames_to_vocoder(self, link, entries, codes) -> None:
+        if self.refuse_frames:
+            raise zmq.Again()
+        self.sent.append(("frames", link.endpoint, list(entries), [c.copy() for c in codes]))
+
+    def abort_to_vocoder(self, link, request_id, reason, message) -> None:
+        self.sent.append(("abort", link.endpoint, request_id, reason))
+
+    def heartbeat_to_vocoder(self, link, beat) -> None:
+        self.sent.append(("beat", link.endpoint))
+
+    def of_kind(self, kind: str) -> list[tuple]:
+        return [s for s in self.sent if s[0] == kind]
+
+
+class StandInEngine:
+    def __init__(self, live=()) -> None:
+        self.live = set(live)
+        self.failed: list[tuple[str, str]] = []
+        self.aborted: list[str] = []
+
+    def fail(self, request_id, code, message):
+        self.failed.append((request_id, code))
+        if request_id in self.live:
+            self.live.discard(request_id)
+            return ErrorOut(request_id, code, message)
+        return None
+
+    def abort(self, request_id) -> bool:
+        self.aborted.append(request_id)
+        return self.live.discard(request_id) is None
+
+    def load(self) -> dict:
+        return {"num_slots_total": 4, "num_slots_used": len(self.live)}
+
+
+class StandInLinks:
+    def __init__(self, links) -> None:
+        self.links = list(links)
+
+    def num_healthy(self, now_s: float) -> int:
+        return sum(link.last_heartbeat_s is not None for link in self.links)
+
+
+class StandInLinksWithLiveness(StandInLinks):
+    """What Housekeeping asks of VocoderLinks, with no DNS and no vocoder ever expiring."""
+
+    def refresh(self) -> None:
+        pass
+
+    def expire(self, now_s: float) -> list:
+        return []
+
+
+def link(name: str, heard_s: float | None = 0.0) -> VocoderLink:
+    return VocoderLink(f"tcp://{name}:1", socket=None, last_heartbeat_s=heard_s)
+
+
+@pytest.fixture
+def parts():
+    outbox, engine, gateways = RecordingOutbox(), StandInEngine({"r1", "r2"}), GatewayPeers(timeout_s=10.0)
+    gateways.touch(GATEWAY, 0.0)
+    routes = RouteTable(engine, outbox, gateways)
+    voc = link("voc-a")
+    for rid in ("r1", "r2"):
+        routes.add(Route(rid, GATEWAY, "tcp://gw:9", voc))
+    return outbox, engine, gateways, routes, voc
+
+
+def test_a_request_ends_once_even_when_failed_twice(parts):
+    outbox, engine, gateways, routes, voc = parts
+    routes.fail("r1", "INTERNAL", "boom")
+    routes.fail("r1", "UNAVAILABLE", "again")
+    assert outbox.of_kind("error") == [("error", GATEWAY, "r1", "INTERNAL")]
+    assert outbox.of_kind("abort") == [("abort", voc.endpoint, "r1", "INTERNAL")]
+    assert "r1" not in routes and voc.streams == {"r2"} and gateways.peers[GATEWAY].requests == {"r2"}
+
+
+def test_a_lost_vocoder_fails_its_requests_without_telling_it(parts):
+    outbox, engine, _, routes, voc = parts
+    routes.fail_vocoder(voc, "went silent")
+    assert sorted(e[2:] for e in outbox.of_kind("error")) == [("r1", "UNAVAILABLE"), ("r2", "UNAVAILABLE")]
+    assert outbox.of_kind("abort") == [] and len(routes) == 0 and not engine.live
+
+
+def test_abort_tells_only_the_vocoder(parts):
+    outbox, engine, _, routes, voc = parts
+    routes.abort("r1", "CANCELLED", "gateway went away")
+    assert outbox.sent == [("abort", voc.endpoint, "r1", "CANCELLED")] and engine.aborted == ["r1"]
+
+
+def test_deadlines_fail_only_the_late_request(parts):
+    outbox, _, _, routes, _ = parts
+    routes.get("r1").deadline_s = 5.0
+    routes.fail_expired(4.0)
+    assert outbox.sent == []
+    routes.fail_expired(6.0)
+    assert [e[2:] for e in outbox.of_kind("error")] == [("r1", "DEADLINE_EXCEEDED")] and "r2" in routes
+
+
+def frames(rid: str, seq: int, num: int, is_final: bool = False) -> FramesOut:
+    return FramesOut(rid, seq, np.full((num, 16), seq, np.int64), first_frame_index=seq, is_final=is_final)
+
+
+def test_one_frames_message_per_vocoder_with_context_first_and_summary_last(parts):
+    outbox, _, _, routes, voc = parts
+    routes.get("r2").context_codes = np.full((3, 16), 7, np.int64)   # [K, 16] clone reference codes
+    Emitter(routes, outbox).emit([frames("r1", 0, 2), frames("r2", 0, 1, is_final=True)])
+    (sent,) = outbox.of_kind("frames")
+    _, endpoint, entries, codes = sent
+    assert endpoint == voc.endpoint and [e.request_id for e in entries] == ["r1", "r2"]
+    assert entries[0].reply_to == "tcp://gw:9" and not entries[0].is_final
+    assert entries[1].num_context_frames == 3 and codes[1].shape == (4, 16) and (codes[1][:3] == 7).all()
+    assert entries[1].is_final and entries[1].summary.num_frames == 1
+    assert "r2" not in routes and "r1" in routes   # a finished request is forgotten, no ERROR sent
+    assert outbox.of_kind("error") == []
+
+
+def test_refused_frames_fail_every_request_of_that_vocoder(parts):
+    outbox, _, _, routes, voc = parts
+    outbox.refuse_frames = True
+    Emitter(routes, outbox).emit([frames("r1", 0, 1, is_final=True)])
+    assert sorted(e[2:] for e in outbox.of_kind("error")) == [("r1", "UNAVAILABLE"), ("r2", "UNAVAILABLE")]
+    assert voc.last_heartbeat_s is None and len(routes) == 0
+
+
+def test_admin_outputs_go_to_their_queue_and_errors_to_the_gateway(parts):
+    outbox, engine, _, routes, _ = parts
+    sink: queue.Queue = queue.Queue()
+    routes.add(Route("admin-1", sink=sink))
+    Emitter(routes, outbox).emit([frames("admin-1", 0, 1, is_final=True), ErrorOut("r1", "OUT_OF_RANGE", "long")])
+    assert sink.get_nowait().is_final and "admin-1" not in routes
+    assert outbox.of_kind("error") == [("error", GATEWAY, "r1", "OUT_OF_RANGE")]
+
+
+def heartbeats(outbox, links, gateways, draining=lambda: False) -> Heartbeats:
+    return Heartbeats(outbox, StandInLinks(links), gateways, StandInEngine().load, draining,
+                      peer_id="talker-1", model="tiny", interval_ms=INTERVAL_MS)
+
+
+def test_heartbeat_every_period_to_all_peers_and_hellos_to_unheard_vocoders_between():
+    outbox, gateways = RecordingOutbox(), GatewayPeers(10.0)
+    gateways.touch(GATEWAY, 0.0)
+    heard, unheard = link("heard"), link("unheard", heard_s=None)
+    beats = heartbeats(outbox, [heard, unheard], gateways)
+    beats.tick(10.0)
+    assert [s[:2] for s in outbox.sent] == [("gateway", GATEWAY), ("beat", heard.endpoint), ("beat", unheard.endpoint)]
+    beat = outbox.sent[0][3]
+    assert beat.peer_id == "talker-1" and beat.interval_ms == INTERVAL_MS and beat.num_healthy_vocoders == 1
+    outbox.sent.clear()
+    for now_s in (10.05, 10.0 + HELLO_INTERVAL_S + 0.01, 10.0 + HELLO_INTERVAL_S + 0.05):
+        beats.tick(now_s)
+    assert outbox.sent == [("beat", unheard.endpoint)]   # one hello: the second came too soon
+    outbox.sent.clear()
+    beats.tick(11.0)
+    assert len(outbox.of_kind("beat")) == 2 and len(outbox.of_kind("gateway")) == 1
+
+
+def test_every_beat_carries_the_same_incarnation_and_the_draining_flag():
+    outbox, gateways = RecordingOutbox(), GatewayPeers(10.0)
+    is_draining = [False]
+    beats = heartbeats(outbox, [], gateways, draining=lambda: is_draining[0])
+    first = beats.beat(0.0)
+    is_draining[0] = True
+    second = beats.beat(1.0)
+    assert first.incarnation == second.incarnation != 0 and not first.is_draining and second.is_draining
+
+
+def test_a_silent_gateway_gets_its_requests_aborted_and_no_more_beats(parts):
+    outbox, engine, gateways, routes, voc = parts
+    beats = heartbeats(outbox, [voc], gateways)
+    keeping = Housekeeping(StandInLinksWithLiveness([voc]), gateways, routes, beats,
+                           gateway_check_interval_s=INTERVAL_MS / 1e3)
+    keeping.run(9.5)   # last heard at 0.0, timeout 10 s: still there
+    assert len(routes) == 2 and len(outbox.of_kind("gateway")) == 1
+    outbox.sent.clear()
+    keeping.run(10.2)   # gone by now, but gateways are judged once per heartbeat period, as before
+    assert len(routes) == 2
+    keeping.run(10.5)
+    assert len(routes) == 0 and sorted(engine.aborted) == ["r1", "r2"]
+    assert sorted(s[2:] for s in outbox.of_kind("abort")) == [("r1", "CANCELLED"), ("r2", "CANCELLED")]
+    assert outbox.of_kind("gateway") == [] and outbox.of_kind("error") == []
