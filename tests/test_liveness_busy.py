@@ -1,9 +1,10 @@
 """Busy is not dead (issue #16), with the real processes (tiny, CPU).
 
-Every decode step of this vocoder takes over 1.5 s (the test hook `--debug-step-delay-s`), longer
-than the talker's vocoder timeout (1 s): before heartbeats had a thread of their own, the talker
-took such a vocoder for a dead one and failed every stream on it. Now every stream completes with
-the offline audio, while a frozen vocoder (SIGSTOP) is still found within the timeout.
+Every step of one side takes over 1.5 s (the test hook `--debug-step-delay-s`), longer than its
+peer's timeout for it (1 s): before heartbeats had a thread of their own, the talker took such a
+vocoder for a dead one (and the vocoder such a talker) and failed every stream on it. Now every
+stream completes with the offline audio, while a frozen vocoder (SIGSTOP) is still found within
+the timeout.
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from test_vocoder_process_support import one_cpu_thread
 
 pytestmark = pytest.mark.timeout(240)
 WAIT_S = 60.0
-VOCODER_TIMEOUT_S = 1.0
+PEER_TIMEOUT_S = 1.0
 STEP_DELAY_S = 1.5
 ATOL = 2e-5
+NUM_FRAMES = 8
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +37,15 @@ def synth():
     yield from tiny_synth()
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+@pytest.fixture(scope="module", params=["slow-vocoder", "slow-talker"])
+def stack(request, tmp_path_factory):
     resolve_model_dir("tiny")
     work = tmp_path_factory.mktemp("busy")
+    slow = ["--debug-step-delay-s", str(STEP_DELAY_S)]
     vocoder = VocoderProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
                                     "tcp://127.0.0.1:*", "--grpc-port", "0", "--grpc-host", "127.0.0.1",
-                                    "--heartbeat-interval-ms", "200", "--debug-step-delay-s", str(STEP_DELAY_S),
+                                    "--heartbeat-interval-ms", "200", "--talker-timeout-s", str(PEER_TIMEOUT_S),
+                                    *(slow if request.param == "slow-vocoder" else []),
                                     "--first-chunk-frames", "1", "--steady-chunk-frames", "8", "--max-wait-ms", "50"])
     talker = gateway = None
     try:
@@ -49,11 +53,12 @@ def stack(tmp_path_factory):
         talker = TalkerProcess(work, ["--model", "tiny", "--device", "cpu", "--cpu-threads", "1", "--bind",
                                       "tcp://127.0.0.1:*", "--vocoders", codes_endpoint, "--grpc-host", "127.0.0.1",
                                       "--grpc-port", "0", "--max-slots", "4", "--max-seq-len", "256",
-                                      "--heartbeat-interval-ms", "200", "--vocoder-timeout-s", str(VOCODER_TIMEOUT_S)])
+                                      "--heartbeat-interval-ms", "200", "--vocoder-timeout-s", str(PEER_TIMEOUT_S),
+                                      *(slow if request.param == "slow-talker" else [])])
         info = talker.wait_ready(WAIT_S)
         gateway = GatewayStandIn(info["requests_endpoint"])
         wait_healthy_vocoders(gateway, talker, 1, WAIT_S)
-        yield dict(vocoder=vocoder, talker=talker, gateway=gateway)
+        yield dict(vocoder=vocoder, talker=talker, gateway=gateway, slow=request.param)
     finally:
         if gateway is not None:
             gateway.close()
@@ -65,18 +70,19 @@ def stack(tmp_path_factory):
 
 def test_slow_decode_steps_fail_no_stream(stack, synth):
     gateway = stack["gateway"]
-    texts = {"busy-a": "Hello there.", "busy-b": "A second voice, decoded slowly."}
+    texts = {f"{stack['slow']}-a": "Hello there.", f"{stack['slow']}-b": "A second voice, made slowly."}
     for seed, (rid, text) in enumerate(texts.items(), start=41):
-        gateway.start(rid, **start_fields(synth, seed, 12, ids_of(synth, text)))
+        gateway.start(rid, **start_fields(synth, seed, NUM_FRAMES, ids_of(synth, text)))
     started_s = time.monotonic()
     done = gateway.wait_done(list(texts), WAIT_S)
     elapsed_s = time.monotonic() - started_s
     assert elapsed_s > 2 * STEP_DELAY_S, "the steps were not slow: the test proves nothing"
     for seed, (rid, text) in enumerate(texts.items(), start=41):
         got = done[rid]
-        assert got.error is None, (rid, got.error, stack["vocoder"].log_tail())
+        assert got.error is None, (rid, got.error, stack["vocoder"].log_tail(), stack["talker"].log_tail())
         request = SynthesisRequest(text_ids=ids_of(synth, text), voice="vivian", language="english",
-                                   non_streaming_mode=False, sampling=SamplingParams(seed=seed, max_new_tokens=13))  # = max_frames + 1
+                                   non_streaming_mode=False,
+                                   sampling=SamplingParams(seed=seed, max_new_tokens=NUM_FRAMES + 1))
         with one_cpu_thread():
             pcm = synth.decode(synth.generate_codes([request])[0])
         audio = got.audio()
@@ -84,6 +90,7 @@ def test_slow_decode_steps_fail_no_stream(stack, synth):
         assert np.abs(audio - pcm).max() <= ATOL
 
 
+@pytest.mark.parametrize("stack", ["slow-vocoder"], indirect=True)
 def test_a_frozen_vocoder_still_fails_its_streams_unavailable(stack, synth):
     gateway, vocoder = stack["gateway"], stack["vocoder"]
     gateway.start("frozen", **start_fields(synth, 43, 200, ids_of(synth, "Hello there"), complete=False))
@@ -97,4 +104,4 @@ def test_a_frozen_vocoder_still_fails_its_streams_unavailable(stack, synth):
     elapsed_s = time.monotonic() - stopped_s
     assert got.error is not None and got.error.code == common_pb2.STATUS_CODE_UNAVAILABLE, got
     assert "went silent" in got.error.message
-    assert elapsed_s <= VOCODER_TIMEOUT_S + 3.0, elapsed_s
+    assert elapsed_s <= PEER_TIMEOUT_S + 3.0, elapsed_s

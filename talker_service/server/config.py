@@ -36,7 +36,10 @@ class TalkerServiceConfig:
     graph_max_batch: int = 0             # graphs for batch buckets <= this only (0: all)
     kv_memory_fraction: float = 0.0      # > 0 (CUDA): fewer slots if the KV cache exceeds this share of free memory
     # --- liveness
-    heartbeat_interval_ms: int = 1000
+    heartbeat_interval_ms: int = 1000    # sent from a thread of their own, whatever a step costs
+    max_step_stall_s: float = 60.0       # a loop stuck this long (one step, a deadlock) stops heartbeating,
+                                         # so peers fail its streams as for a dead talker
+    debug_step_delay_s: float = 0.0      # test hook: sleep this long after each engine step (a slow CPU)
     vocoder_timeout_s: float = 3.0       # a vocoder silent this long is lost: its requests fail UNAVAILABLE
     gateway_timeout_s: float = 10.0      # a gateway silent this long is gone: its requests are aborted
     # --- transport and loop
@@ -54,9 +57,12 @@ class TalkerServiceConfig:
                      "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s"):
+        for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s",
+                     "max_step_stall_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.debug_step_delay_s < 0:
+            problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
         if not self.vocoder_endpoints():

@@ -7,7 +7,10 @@ every HELLO_INTERVAL_S in between, so it learns our identity (and answers with i
 a fraction of a period instead of a full one.
 
 All of the sending side's state lives here (next period, hellos, incarnation); what it reads is
-handed in: the engine's load, the vocoder links, the gateways, whether we are draining.
+handed in: the engine's load, the vocoder links, the gateways, whether we are draining. In the
+server the periodic beat is driven by a `HeartbeatThread` (`beat_if_due`, under the sockets lock,
+with a load snapshot the loop refreshes) so a long engine step never silences the talker; the loop
+itself still says hello and may send a due beat first (`tick`): one shared timer, no double beats.
 """
 from __future__ import annotations
 
@@ -56,15 +59,20 @@ class Heartbeats:
 
     def tick(self, now_s: float) -> None:
         """Once per loop turn: the periodic beat to every peer when due, else hellos."""
-        if not self.is_due(now_s):
+        if not self.beat_if_due(now_s):
             self._say_hello(now_s)
-            return
+
+    def beat_if_due(self, now_s: float) -> bool:
+        """The periodic beat to every gateway and vocoder, if its time has come; True if sent."""
+        if not self.is_due(now_s):
+            return False
         self.next_beat_s = now_s + self.interval_ms / 1e3
         beat = self.beat(now_s)
         for identity in self.gateways.identities():
             self.outbox.to_gateway(identity, wire.MessageType.HEARTBEAT, beat)
         for link in self.vocoders.links:
             self.outbox.heartbeat_to_vocoder(link, beat)
+        return True
 
     def _say_hello(self, now_s: float) -> None:
         hellos = {}

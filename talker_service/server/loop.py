@@ -1,8 +1,10 @@
 """The talker's event loop: receive -> admin jobs -> step -> emit -> housekeeping, idle when
 nothing can run.
 
-One thread owns the engine and every ZeroMQ socket: the ROUTER gateways connect to, and one
-DEALER per vocoder. Messages go through handler tables keyed by message type to components that
+One thread owns the engine; the ZeroMQ sockets (the ROUTER gateways connect to, one DEALER per
+vocoder) are shared with one more thread, the periodic heartbeats (`HeartbeatThread`), under
+`sockets_lock`, which the loop releases only around the engine step: a long step on a busy CPU
+never silences this talker, and peers are judged right after a receive, on all they sent. Messages go through handler tables keyed by message type to components that
 own their state and are handed what they need; none of them sees this class:
 - `GatewayIntake` (START admitted to the engine's queue, TEXT, END, ABORT), `VocoderIntake`
   (vocoder heartbeats and errors), `VoiceRequests` (ENCODE_VOICE, on a worker thread);
@@ -20,6 +22,7 @@ import time
 import zmq
 
 from protos import wire
+from service_common.heartbeat_thread import HeartbeatThread
 from talker_service.engine import TalkerEngine
 from talker_service.server.admin_jobs import AdminGenerations, AdminJobs, Job
 from talker_service.server.config import TalkerServiceConfig
@@ -56,6 +59,7 @@ class TalkerServer:
         self.init_sockets()
         self.init_components(start_reader)
         self.init_handlers()
+        self.init_heartbeat_thread()
 
     def init_sockets(self) -> None:
         cfg = self.config
@@ -80,7 +84,8 @@ class TalkerServer:
     def init_components(self, start_reader: StartReader) -> None:
         cfg = self.config
         self.routes = RouteTable(self.engine, self.outbox, self.gateways)
-        self.heartbeats = Heartbeats(self.outbox, self.vocoders, self.gateways, self.engine.load,
+        self.latest_load = self.engine.load()   # what heartbeats advertise; the loop refreshes it
+        self.heartbeats = Heartbeats(self.outbox, self.vocoders, self.gateways, lambda: self.latest_load,
                                      self.stop_requested.is_set, peer_id=self.peer_id, model=self.model_name,
                                      interval_ms=cfg.heartbeat_interval_ms)
         self.intake = GatewayIntake(self.routes, self.engine, self.vocoders, self.gateways, start_reader, self.outbox,
@@ -109,21 +114,38 @@ class TalkerServer:
         self.admin_handlers = {"stats": self.run_stats_job, "generate": self.generations.start,
                                "cancel": self.generations.cancel}
 
+    def init_heartbeat_thread(self) -> None:
+        self.sockets_lock = threading.Lock()
+        self.beats = HeartbeatThread("talker", self.config.heartbeat_interval_ms / 1e3,
+                                     lambda: self.heartbeats.beat_if_due(time.monotonic()), self.sockets_lock,
+                                     self.config.max_step_stall_s)
+
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
+        self.beats.start()
         try:
             while not self.stop_requested.is_set():
                 self.run_once()
         finally:
+            self.beats.stop()
             self.close()
 
     def run_once(self) -> None:
-        self.receive(self.idle_timeout_ms())
-        self.run_admin_jobs()
-        if self.engine.has_runnable():
-            self.emitter.emit(self.engine.step())
-        self.voice_requests.send_answers()
-        self.housekeeping.run(time.monotonic())
+        with self.sockets_lock:
+            self.receive(self.idle_timeout_ms())
+            self.housekeeping.run(time.monotonic())   # right after receive: peers judged on all they sent
+            self.run_admin_jobs()
+            can_step = self.engine.has_runnable()
+        if can_step:
+            outs = self.engine.step()   # the lock is free: heartbeats leave while this runs
+            if self.config.debug_step_delay_s > 0:
+                time.sleep(self.config.debug_step_delay_s)
+        with self.sockets_lock:
+            if can_step:
+                self.emitter.emit(outs)
+            self.voice_requests.send_answers()
+            self.latest_load = self.engine.load()
+        self.beats.mark_progress()
 
     def idle_timeout_ms(self) -> int:
         """No wait while a step can run; else until a message, bounded for timers and admin jobs."""
