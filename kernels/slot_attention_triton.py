@@ -104,6 +104,9 @@ def _slot_decode_attn_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    # A `for` with runtime bounds, not a `while`: only `for` loops get pipelined K/V loads on the GPU.
+    # (Triton < 3.7's interpreter cannot take tensor bounds under numpy >= 2.4; the tests backport
+    # triton 3.7's fix, see tests/triton_support.py.)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < end

@@ -18,10 +18,16 @@ import triton.language as tl
 
 from kernels.snakebeta_config import SnakeConfig, choose_config
 
-# pi split so that k * PI_HI is cancelled exactly by an fma and PI_LO carries the rest: the reduced
-# argument stays accurate to ~1e-7 for |x * a| up to ~1e5, far beyond decoder activations.
-_PI_HI = tl.constexpr(3.1415927410125732)
-_PI_LO = tl.constexpr(-8.742278000372485e-08)
+# Cody-Waite: pi = _PI_A + _PI_B + _PI_C, where _PI_A (8 significant bits) and _PI_B (9 bits) are
+# short enough that k * _PI_A and k * _PI_B are exact in fp32 for |k| < 2^15, i.e. |x * a| up to
+# ~1e5, far beyond decoder activations. The first two subtractions are therefore exact whether or
+# not the multiply-add is fused, and the reduced argument stays within ~6e-8 of x*a - k*pi. (A
+# two-part split whose high part carries all 24 bits relies on a fused fma to cancel k * pi_hi;
+# Triton 3.6's interpreter evaluates tl.fma as a rounded multiply then an add, which left errors of
+# ~4e-3 at |x * a| ~ 1e4.)
+_PI_A = tl.constexpr(3.140625)
+_PI_B = tl.constexpr(9.670257568359375e-04)  # 507 / 2^19
+_PI_C = tl.constexpr(6.278329465203569e-07)  # pi - _PI_A - _PI_B, rounded to fp32
 _INV_PI = tl.constexpr(0.3183098861837907)
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -56,8 +62,9 @@ def _snake_beta_kernel(
     z = x * a
     # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
     k = tl.floor(z * _INV_PI + 0.5)
-    r = tl.fma(-k, _PI_HI, z)
-    r = tl.fma(-k, _PI_LO, r)
+    r = tl.fma(-k, _PI_A, z)
+    r = tl.fma(-k, _PI_B, r)
+    r = tl.fma(-k, _PI_C, r)
     if FAST_SIN:
         # MUFU sine: abs error ~2^-21 on [-pi, pi], a few instructions instead of libdevice's ~30.
         s = tl.inline_asm_elementwise(

@@ -71,9 +71,33 @@ def save_child_results(work_dir: Path, outputs: dict, dispatcher, is_interpretin
     (work_dir / "info.json").write_text(json.dumps(info))
 
 
+def _backport_interpreter_index_fix() -> None:
+    """Triton < 3.7's interpreter turns a scalar into an int (`range(start, end)` with runtime
+    bounds, as the slot attention kernel loops to each row's length) by int() of its 1-element
+    array, which numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python
+    scalars"; triton-lang/triton#9171). The GPU image pairs triton 3.6 with numpy 2.5, so in the
+    child only, apply the fix triton 3.7 shipped: squeeze the array first. The kernel keeps its
+    `for` loop rather than a `while` (which the interpreter handles) because only `for` loops get
+    software-pipelined K/V loads on the GPU."""
+    import triton
+    from triton.runtime import interpreter
+
+    major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    if (major, minor) >= (3, 7):
+        return
+    patch_tensor = interpreter._patch_lang_tensor  # called per launch, looked up by name
+
+    def patch_tensor_with_squeezing_index(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interpreter._patch_lang_tensor = patch_tensor_with_squeezing_index
+
+
 def child_main(run_child: Callable[[Path], None]) -> None:
     """The test file's `__main__`: `--child WORK_DIR` runs run_child, anything else is a usage error."""
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _backport_interpreter_index_fix()
         run_child(Path(sys.argv[2]))
     else:
         sys.exit(f"usage: {Path(sys.argv[0]).name} --child WORK_DIR (run by pytest)")
