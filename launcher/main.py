@@ -101,6 +101,12 @@ def stop_all(children: list[Child], grace_s: float) -> None:
 def run(args) -> int:
     from checkpoint.files import resolve_model_dir  # may generate the tiny checkpoint (torch) once
 
+    try:
+        policy = RestartPolicy(max_restarts=args.max_restarts, window_s=args.restart_window_s,
+                               backoff_s=args.restart_backoff_s, ready_timeout_s=args.health_timeout_s)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -129,8 +135,6 @@ def run(args) -> int:
         write_ready(args.ready_file, ready, children)
         print(f"stack ready: gRPC {target}, metrics :{info['metrics_port']}, logs in {work_dir}", flush=True)
         print(f'try: python -m client "Hello from Qwen3 TTS." --target {target} -o hello.wav', flush=True)
-        policy = RestartPolicy(max_restarts=args.max_restarts, window_s=args.restart_window_s,
-                               backoff_s=args.restart_backoff_s, ready_timeout_s=args.health_timeout_s)
         supervisor = Supervisor(policy, on_ready=lambda child: write_ready(args.ready_file, ready, children))
         for child in children:
             supervisor.add(child, PINS[child.name])
