@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client.stream_write import exchange
+from protos.limits import UNARY_REPLY_RECEIVE_BYTES
 from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc, voices_pb2
 
 logger = logging.getLogger(__name__)
@@ -64,10 +65,16 @@ async def _as_async(texts: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[
 
 
 class TtsClient:
-    def __init__(self, target: str = "127.0.0.1:50051", max_message_bytes: int = 64 << 20) -> None:
+    """`max_message_bytes`: largest message sent (a clone's reference audio rides in one).
+    `max_receive_bytes`: largest message received; the default matches what a gateway with the
+    default --max-unary-audio-bytes may put in one unary reply (protos/limits.py). Raise both
+    together when talking to a gateway whose limit was raised."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", max_message_bytes: int = 64 << 20,
+                 max_receive_bytes: int = UNARY_REPLY_RECEIVE_BYTES) -> None:
         self.target = target
         self.channel = grpc.aio.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", max_message_bytes)])
+            ("grpc.max_receive_message_length", max_receive_bytes), ("grpc.max_send_message_length", max_message_bytes)])
         self.stub = tts_pb2_grpc.TextToSpeechStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -110,6 +117,8 @@ class TtsClient:
 
     async def synthesize(self, text: str, config: config_pb2.SynthesisConfig,
                          timeout_s: float | None = None) -> tts_pb2.SynthesizeResponse:
+        """Unary Synthesize: the whole audio in one reply. A request whose worst-case audio is over
+        the gateway's unary limit is refused INVALID_ARGUMENT before any work: use stream()."""
         return await self.stub.Synthesize(tts_pb2.SynthesizeRequest(config=config, text=text), timeout=timeout_s)
 
     async def list_voices(self, model: str = "") -> voices_pb2.ListVoicesResponse:

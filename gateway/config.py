@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protos.limits import MAX_UNARY_AUDIO_BYTES
+
 
 @dataclass
 class GatewayConfig:
@@ -23,6 +25,9 @@ class GatewayConfig:
     max_streams: int = 256               # concurrent synthesis calls; beyond: RESOURCE_EXHAUSTED
     max_text_chars: int = 20000          # per request
     max_message_bytes: int = 16 << 20    # one client message; beyond: INVALID_ARGUMENT
+    # unary Synthesize: worst-case audio of one reply (from the request's frame budget); beyond:
+    # INVALID_ARGUMENT before any work. The default fits gRPC's default 4 MiB receive limit.
+    max_unary_audio_bytes: int = MAX_UNARY_AUDIO_BYTES
     max_reference_audio_s: float = 30.0
     min_reference_audio_s: float = 1.0
     # --- timing
@@ -36,6 +41,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.max_streams < 1:
             raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+        if self.max_unary_audio_bytes < 1:
+            raise ValueError(f"max_unary_audio_bytes must be >= 1, got {self.max_unary_audio_bytes}")
         if self.resolve_interval_s <= 0:
             raise ValueError(f"resolve_interval_s must be > 0, got {self.resolve_interval_s}")
         if not 0 < self.min_reference_audio_s <= self.max_reference_audio_s:

@@ -30,6 +30,10 @@ _FALLBACK_GENERATION = {
 }
 
 
+# Talker max_position_embeddings of every released Qwen3-TTS checkpoint, for a config.json without it.
+_DEFAULT_MAX_POSITIONS = 32768
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -40,6 +44,7 @@ class ModelInfo:
     speaker_dialects: dict[str, str] = field(default_factory=dict)   # speaker -> dialect language
     language_ids: dict[str, int] = field(default_factory=dict)       # dialects included
     generation: dict = field(default_factory=dict)
+    max_positions: int = _DEFAULT_MAX_POSITIONS  # talker context (prompt plus frames) of the checkpoint
 
     @property
     def languages(self) -> list[str]:
@@ -104,6 +109,7 @@ def load_model_info(model_dir: str | Path, name: str) -> ModelInfo:
         speaker_dialects=dialects,
         language_ids={k.lower(): int(v) for k, v in (talker.get("codec_language_id") or {}).items()},
         generation=generation,
+        max_positions=int(talker.get("max_position_embeddings", _DEFAULT_MAX_POSITIONS)),
     )
     logger.info("model %s: %s %s, %d speakers, %d languages", name, info.model_type, info.model_size,
                 len(info.speaker_ids), len(info.languages))

@@ -36,7 +36,8 @@ class Resolved:
     voice: tts_pb2.ResolvedVoice
     language: str
     language_codec_id: int
-    sampling: talker_pb2.Sampling
+    sampling: talker_pb2.Sampling          # max_frames 0 when the client left it unset (the talker's default)
+    max_frames: int                        # the request's frame cap: explicit, else the model's default
     text_mode: int
     encoding: int
     sample_rate_hz: int
@@ -55,8 +56,9 @@ class Resolved:
             seed=self.sampling.seed, text_mode=self.text_mode, speed=self.speed)
 
 
-def _sampling(cfg: config_pb2.SynthesisConfig, generation: dict) -> talker_pb2.Sampling:
-    s = cfg.sampling
+def _sampling(cfg: config_pb2.SynthesisConfig, model: ModelInfo) -> tuple[talker_pb2.Sampling, int]:
+    """(the talker's Sampling, the request's frame cap)."""
+    s, generation = cfg.sampling, model.generation
     get = lambda name, key: getattr(s, name) if s.HasField(name) else generation[key]  # noqa: E731
     out = talker_pb2.Sampling(
         seed=s.seed if s.HasField("seed") else secrets.randbits(63),
@@ -67,9 +69,11 @@ def _sampling(cfg: config_pb2.SynthesisConfig, generation: dict) -> talker_pb2.S
         subtalker_temperature=float(get("subtalker_temperature", "subtalker_temperature")),
         subtalker_top_k=int(get("subtalker_top_k", "subtalker_top_k")),
         subtalker_top_p=float(get("subtalker_top_p", "subtalker_top_p")),
-        max_frames=int(get("max_frames", "max_new_tokens")),
+        # unset: 0, the talker's own default (which its context may cap without an error)
+        max_frames=s.max_frames if s.HasField("max_frames") else 0,
         min_frames=int(get("min_frames", "min_new_tokens")),
     )
+    max_frames = int(get("max_frames", "max_new_tokens"))
     for name in ("temperature", "subtalker_temperature"):
         value = getattr(out, name)
         if not (math.isfinite(value) and value > 0):
@@ -80,12 +84,17 @@ def _sampling(cfg: config_pb2.SynthesisConfig, generation: dict) -> talker_pb2.S
             raise InvalidArgument(f"config.sampling.{name}", f"must be in (0, 1], got {value}")
     if not (math.isfinite(out.repetition_penalty) and out.repetition_penalty >= 1):
         raise InvalidArgument("config.sampling.repetition_penalty", f"must be >= 1, got {out.repetition_penalty}")
-    if out.max_frames < 1:
+    if max_frames < 1:
         raise InvalidArgument("config.sampling.max_frames", "must be >= 1")
-    if out.min_frames > out.max_frames:
+    if s.HasField("max_frames") and max_frames > model.max_positions:
+        raise InvalidArgument("config.sampling.max_frames",
+                              f"{max_frames} exceeds the limit of {model.max_positions} frames: the context of "
+                              f"{model.name} ({model.max_positions} positions) holds the prompt and every frame; "
+                              "leave it unset to let the text's length bound the audio")
+    if out.min_frames > max_frames:
         raise InvalidArgument("config.sampling.min_frames",
-                              f"{out.min_frames} exceeds max_frames {out.max_frames}")
-    return out
+                              f"{out.min_frames} exceeds max_frames {max_frames}")
+    return out, max_frames
 
 
 def _audio_format(cfg: config_pb2.SynthesisConfig) -> tuple[int, int]:
@@ -134,8 +143,9 @@ class Resolver:
             is_clone = voice_field in ("clone", "registered_voice_id")
             text_mode = (config_pb2.TEXT_MODE_STREAMING if (not is_unary or is_clone)
                          else config_pb2.TEXT_MODE_NON_STREAMING)
+        sampling, max_frames = _sampling(cfg, model)
         out = Resolved(model=model, voice_field=voice_field, voice=tts_pb2.ResolvedVoice(kind=_VOICE_KINDS[voice_field]),
-                       language=language, language_codec_id=0, sampling=_sampling(cfg, model.generation),
+                       language=language, language_codec_id=0, sampling=sampling, max_frames=max_frames,
                        text_mode=text_mode, encoding=encoding, sample_rate_hz=rate, speed=cfg.speed or 1.0)
         speaker_name = ""
         if voice_field == "speaker":

@@ -24,6 +24,7 @@ from gateway.reference_audio import decode_reference_audio
 from gateway.resolve import Resolver
 from gateway.session import Session, new_request_id
 from gateway.text_tokenizer import TextTokenizer
+from gateway.unary_limit import check_unary_audio
 from gateway.voices import VOICE_ID, VoiceRecord, VoiceRegistry
 from protos import wire
 from protos.tts.internal.v1 import talker_pb2
@@ -156,6 +157,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 raise InvalidArgument("text", "empty text: nothing to synthesize")
             if len(request.text) > self.config.max_text_chars:
                 raise InvalidArgument("text", f"text is over the limit of {self.config.max_text_chars} characters")
+            ids = self.tokenizer.target_ids(request.text)
+            # the whole reply must be receivable: refused here, before a talker or vocoder works on it
+            check_unary_audio(resolved, len(ids), self.config.max_unary_audio_bytes)
             # Collect float PCM at the output rate; WAV/Opus are then written as whole files.
             is_file = resolved.encoding in (config_pb2.AUDIO_ENCODING_WAV, config_pb2.AUDIO_ENCODING_OGG_OPUS)
             encoder = (StreamEncoder(config_pb2.AUDIO_ENCODING_FLOAT32, NATIVE_SAMPLE_RATE_HZ,
@@ -163,7 +167,6 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             session = scope.session = self._session(resolved, context, encoder)
             session.first_text_s = time.monotonic()
             await session.encode_clone()
-            ids = self.tokenizer.target_ids(request.text)
             session.text.num_tokens = len(ids)
             await session.start(ids, True)
             parts, summary = [], None

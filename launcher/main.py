@@ -4,8 +4,10 @@
     python -m launcher --model Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice --device cuda
 
 Backends bind free loopback ports; the launcher passes each one's endpoint (from its ready file)
-to the next. Ctrl-C / SIGTERM stops the gateway first (it drains live streams for
---drain-grace-s), then the talker, then the vocoder.
+to the next. A child that dies is restarted on the same ports with backoff while the others keep
+serving (launcher/supervisor.py); one that keeps dying (--max-restarts within --restart-window-s)
+stops the stack with its log tail and exit status 1. Ctrl-C / SIGTERM stops the gateway first (it
+drains live streams for --drain-grace-s), then the talker, then the vocoder.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from launcher.processes import Child
+from launcher.supervisor import CrashLoop, RestartPolicy, Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-grace-s", type=float, default=10.0)
     p.add_argument("--work-dir", help="logs and ready files (default: a new temp dir)")
     p.add_argument("--ready-file", help="JSON with the gateway address, written once SERVING")
+    p.add_argument("--max-restarts", type=int, default=5,
+                   help="restarts of one child within --restart-window-s before the whole stack stops")
+    p.add_argument("--restart-window-s", type=float, default=60.0)
+    p.add_argument("--restart-backoff-s", type=float, default=0.5,
+                   help="delay before a dead child's restart; doubles with each recent restart (at most 10 s)")
     for role in ("vocoder", "talker", "gateway"):
         p.add_argument(f"--{role}-arg", action="append", default=[], metavar="ARG",
                        help=f"extra argument for the {role} process (repeatable), e.g. --{role}-arg=--max-slots=8")
@@ -63,6 +71,25 @@ def wait_serving(target: str, deadline_s: float, children: list[Child]) -> None:
     raise TimeoutError(f"gateway {target} not SERVING before the deadline (last: {last})")
 
 
+# Arguments that bring a restarted child back on the addresses its first run bound (later flags
+# win). The gateway's audio PULL endpoint may change: each request tells its vocoder where to push.
+PINS = {
+    "vocoder": lambda info: ["--bind", info["codes_endpoint"], "--grpc-port", str(info["grpc_port"])],
+    "talker": lambda info: ["--bind", info["requests_endpoint"], "--grpc-port", str(info["grpc_port"])],
+    "gateway": lambda info: ["--grpc-port", str(info["grpc_port"])] + (
+        ["--metrics-port", str(info["metrics_port"])] if (info.get("metrics_port") or 0) > 0 else []),
+}
+
+
+def write_ready(path: str | None, ready: dict, children: list[Child]) -> None:
+    if not path:
+        return
+    ready["pids"] = {c.name: c.proc.pid for c in children}
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(ready))
+    os.replace(tmp, path)
+
+
 def stop_all(children: list[Child], grace_s: float) -> None:
     """Gateway first (drains), then talker, then vocoder; each is killed if it overstays."""
     for child in reversed(children):
@@ -74,6 +101,12 @@ def stop_all(children: list[Child], grace_s: float) -> None:
 def run(args) -> int:
     from checkpoint.files import resolve_model_dir  # may generate the tiny checkpoint (torch) once
 
+    try:
+        policy = RestartPolicy(max_restarts=args.max_restarts, window_s=args.restart_window_s,
+                               backoff_s=args.restart_backoff_s, ready_timeout_s=args.health_timeout_s)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -98,23 +131,18 @@ def run(args) -> int:
         info = gateway.wait_ready(deadline_s, stop.is_set)
         target = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{info['grpc_port']}"
         wait_serving(target, deadline_s, children)
-        ready = {"grpc_target": target, "metrics_port": info["metrics_port"], "work_dir": str(work_dir),
-                 "pids": {c.name: c.proc.pid for c in children}}
-        if args.ready_file:
-            tmp = Path(args.ready_file + ".tmp")
-            tmp.write_text(json.dumps(ready))
-            os.replace(tmp, args.ready_file)
+        ready = {"grpc_target": target, "metrics_port": info["metrics_port"], "work_dir": str(work_dir)}
+        write_ready(args.ready_file, ready, children)
         print(f"stack ready: gRPC {target}, metrics :{info['metrics_port']}, logs in {work_dir}", flush=True)
         print(f'try: python -m client "Hello from Qwen3 TTS." --target {target} -o hello.wav', flush=True)
+        supervisor = Supervisor(policy, on_ready=lambda child: write_ready(args.ready_file, ready, children))
+        for child in children:
+            supervisor.add(child, PINS[child.name])
         while not stop.wait(0.2):
-            for child in children:
-                if not child.is_alive():
-                    logger.error("%s exited with %s; stopping the stack:\n%s", child.name, child.proc.returncode,
-                                 child.log_tail())
-                    return 1
+            supervisor.poll()
         logger.info("stopping: draining the gateway for up to %.1f s", args.drain_grace_s)
         return 0
-    except (RuntimeError, TimeoutError) as exc:
+    except (CrashLoop, RuntimeError, TimeoutError) as exc:
         logger.error("%s", exc)
         return 1
     finally:

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Finished:
     codes: torch.Tensor     # [n, 16] int64 on CPU
-    finish_reason: str      # "eos" | "length" | "context"
+    finish_reason: str      # "eos" | "length" | "context" | "budget"
     prompt_len: int
 
 

@@ -287,3 +287,33 @@ def test_lost_talker_fails_streams_unavailable_and_health_follows(model_dir, tal
     assert before == health_pb2.HealthCheckResponse.SERVING
     assert err.code() == grpc.StatusCode.UNAVAILABLE and "lost" in err.details()
     assert after == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_unary_over_the_audio_limit_is_refused_before_the_talker_sees_a_start(model_dir, talker, tmp_path):
+    """Limit 150 kB: 16-bit audio at 24 kHz holds 3.1 s, less than the smallest text budget (4 s);
+    an explicit max_frames that fits is let through and sent as given, an unset one as 0 (the
+    talker's own default)."""
+    from service_common.frame_budget import MIN_BUDGET_FRAMES
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, max_unary_audio_bytes=150_000) as gw:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                wav = speaker_config(audio_format=config_pb2.AudioFormat(encoding=config_pb2.AUDIO_ENCODING_WAV))
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.Synthesize(tts_pb2.SynthesizeRequest(config=wav, text="Hi."), timeout=10)
+                refused_starts = len(talker.requests)
+                capped = speaker_config()
+                capped.sampling.max_frames = 30
+                ok = await stub.Synthesize(tts_pb2.SynthesizeRequest(config=capped, text="Hi."), timeout=10)
+                streamed = await collect(stub, [req(config=speaker_config()), req(text="Hi."),
+                                                req(end=tts_pb2.EndOfInput())])
+                return info.value, refused_starts, ok, streamed
+
+    err, refused_starts, ok, streamed = run(body())
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "StreamSynthesize" in err.details()
+    assert f"up to {MIN_BUDGET_FRAMES} frames" in err.details() and "max_frames <=" in err.details()
+    assert refused_starts == 0
+    assert ok.HasField("summary") and streamed[-1].HasField("summary")   # streaming has no such limit
+    starts = sorted((r.start.sampling.max_frames for r in talker.requests.values()), reverse=True)
+    assert starts == [30, 0]

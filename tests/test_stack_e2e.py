@@ -2,7 +2,8 @@
 
 Covers: streamed text in -> audio out; audio equal to the offline Synthesizer for the same seed;
 slow text still gives audio before it ends; cancel frees talker and vocoder state; bad input;
-reflection list/describe; health and a clean SIGTERM shutdown.
+reflection list/describe; health and a clean SIGTERM shutdown; the frame budget that follows the
+text (unary and streamed), max_frames over the context refused, the unary audio limit.
 """
 from __future__ import annotations
 
@@ -173,3 +174,77 @@ def test_bad_input_is_refused_and_reflection_and_health_answer(stack):
         assert replies[1].file_descriptor_response.file_descriptor_proto
         status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
         assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+# ---- the frame budget and the unary audio limit ---------------------------------------------
+
+def budget_config(encoding: int = config_pb2.AUDIO_ENCODING_PCM16, **kw) -> config_pb2.SynthesisConfig:
+    """No max_frames: the text's frame budget bounds the audio (the tiny model never ends it)."""
+    return make_config("vivian", language="english", encoding=encoding, seed=SEED, **kw)
+
+
+def test_a_short_text_ends_at_its_text_budget_with_that_finish_reason(stack):
+    from service_common.frame_budget import text_budget_frames
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            return await client.synthesize("Hi.", budget_config(), timeout_s=90)
+
+    summary = run(body(), 100).summary
+    assert summary.finish_reason == tts_pb2.FINISH_REASON_TEXT_BUDGET
+    assert summary.num_frames == text_budget_frames(summary.num_text_tokens) <= 60   # seconds, not minutes
+    assert 3.0 <= summary.audio_s <= 5.0
+
+
+def test_a_streamed_text_grows_its_budget_until_the_text_ends(stack):
+    from service_common.frame_budget import text_budget_frames
+    words = ["Streamed", " text", " keeps", " arriving", " for", " a", " while", " here."]
+
+    async def slow_words():
+        for word in words:
+            yield word
+            await asyncio.sleep(0.05)
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            return [r async for r in client.stream(slow_words(), budget_config(), timeout_s=100)]
+
+    summary = run(body(), 110)[-1].summary
+    assert summary.finish_reason == tts_pb2.FINISH_REASON_TEXT_BUDGET
+    assert summary.num_text_tokens > 4
+    assert summary.num_frames == text_budget_frames(summary.num_text_tokens) > text_budget_frames(1)
+
+
+def test_max_frames_over_the_context_is_refused_naming_the_field_and_limit(stack):
+    async def refused(max_frames: int) -> grpc.aio.AioRpcError:
+        async with TtsClient(stack["grpc_target"]) as client:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                [r async for r in client.stream(["Hello."], budget_config(max_frames=max_frames), timeout_s=20)]
+            return info.value
+
+    over_model = run(refused(10**9))     # the checkpoint's context (gateway)
+    assert over_model.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.sampling.max_frames" in over_model.details() and "32768" in over_model.details()
+    over_talker = run(refused(5000))     # this talker's max_seq_len (2048)
+    assert over_talker.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "max_frames 5000" in over_talker.details() and "2048" in over_talker.details()
+
+
+def test_unary_request_over_the_audio_limit_is_refused_before_any_work(stack):
+    talker_port = json.loads((stack["work"] / "talker.ready.json").read_text())["grpc_port"]
+    before = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests.num_started
+    long_text = "This sentence is repeated to make a long text for one reply. " * 8
+
+    async def body():
+        async with TtsClient(stack["grpc_target"]) as client:
+            t0 = time.monotonic()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await client.synthesize(long_text, budget_config(encoding=config_pb2.AUDIO_ENCODING_FLOAT32),
+                                        timeout_s=30)
+            return info.value, time.monotonic() - t0
+
+    err, elapsed_s = run(body())
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "StreamSynthesize" in err.details() and "config.sampling.max_frames <=" in err.details()
+    assert elapsed_s < 1.0, elapsed_s
+    assert _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests.num_started == before

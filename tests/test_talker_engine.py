@@ -136,3 +136,31 @@ def test_no_slot_or_cache_leak_after_thousands_of_requests():
     assert s.num_finished + s.num_aborted + s.num_failed == num_requests
     assert len(got.final) == s.num_finished and s.num_aborted > 100
     assert all(out.finish_reason in ("eos", FINISH_LENGTH) for out in got.final.values())
+
+
+def test_text_budget_ends_a_runaway_request_and_a_streamed_text_grows_it():
+    """The tiny checkpoint never samples EOS: without the budget each would run to max_new_tokens."""
+    from service_common.frame_budget import text_budget_frames
+    from talker_service.engine import FINISH_BUDGET
+
+    budget_engine = make_engine(max_slots=2, max_seq_len=256)
+    got = Collector()
+    drip_ids = text_ids(50, 12)
+    feed = add(budget_engine, "drip", drip_ids[:1], 3, close=False, max_new_tokens=2000)
+    add(budget_engine, "short", text_ids(51, 2), 4, max_new_tokens=2000)
+    pending = drip_ids[1:]
+    for tick in range(400):
+        if not budget_engine.has_work():
+            break
+        if tick % 2 == 1:   # one token every other step, then end of input
+            if pending:
+                feed.push([pending.pop(0)])
+            elif not feed.is_closed:
+                feed.close()
+        got.take(budget_engine.step())
+    assert got.final["short"].finish_reason == FINISH_BUDGET
+    assert len(got.codes("short")) == text_budget_frames(2)
+    # the budget of the whole streamed text, not of the one token it started with
+    assert got.final["drip"].finish_reason == FINISH_BUDGET
+    assert len(got.codes("drip")) == text_budget_frames(12) > text_budget_frames(1)
+    budget_engine.scheduler.check_invariants()

@@ -65,3 +65,17 @@ def test_generate_codes_maps_min_frames_and_keeps_the_default_when_unset():
     assert (default.min_new_tokens, default.max_new_tokens) == (2, 25)
     with pytest.raises(ValueError, match="min_frames 25 exceeds max_frames 24"):
         params(min_frames=25, max_frames=24)
+
+
+def test_max_frames_over_the_talker_context_is_invalid_argument_naming_field_and_limit():
+    config = json.loads((resolve_model_dir("tiny") / "config.json").read_text())
+    bounded = StartReader(PromptVocab.from_config(config), config["talker_config"]["hidden_size"],
+                          default_max_new_tokens=2048, max_text_tokens=512, max_seq_len=256)
+    with pytest.raises(EngineError) as info:
+        bounded.read(start(bounded, max_frames=257))
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert "sampling.max_frames 257" in info.value.message and "256" in info.value.message
+    _, _, ok, _ = bounded.read(start(bounded, max_frames=256))
+    assert ok.max_new_tokens == 257
+    _, _, default, _ = bounded.read(start(bounded))   # unset: the default, capped by the context, no error
+    assert default.max_new_tokens == 2048

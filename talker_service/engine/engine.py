@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from talker_service.engine.config import EngineConfig
-from talker_service.engine.request import (FINISH_CONTEXT, FINISH_EOS, FINISH_LENGTH, EngineError, EngineRequest,
-                                           ErrorOut, FramesOut, RequestState)
+from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest, ErrorOut, FramesOut, RequestState
 from talker_service.engine.runner import ModelRunner
 from talker_service.engine.scheduler import Scheduler
 from talker_service.engine.stats import EngineStats
@@ -153,12 +152,11 @@ class TalkerEngine:
                 continue
             # official: max_new_tokens counts c0 samplings and the last one never gets residual codes,
             # so at most max_new_tokens - 1 frames; frame g >= 1 is decoded at position L + g - 1
-            by_length = request.sampling.max_new_tokens - 1
-            by_context = max_seq_len - request.prompt_len + 1
-            request.max_frames = min(by_length, by_context)
-            request.context_limited = by_context < by_length
-            if request.max_frames <= 0:
-                self._finish(request, FINISH_LENGTH)
+            request.max_frames_by_length = request.sampling.max_new_tokens - 1
+            request.max_frames_by_context = max_seq_len - request.prompt_len + 1
+            max_frames, reason = request.frame_limit()
+            if max_frames <= 0:
+                self._finish(request, reason)
                 continue
             self.runner.assign(request.slot, request.sampling)
             ready.append(request)
@@ -189,8 +187,10 @@ class TalkerEngine:
         request.pending.append(row)
         request.num_frames += 1
         self.stats.num_frames_generated += 1
-        if request.num_frames >= request.max_frames:
-            self._finish(request, FINISH_CONTEXT if request.context_limited else FINISH_LENGTH)
+        # re-evaluated every frame: a streamed request's text budget grows until its text ends
+        max_frames, reason = request.frame_limit()
+        if request.num_frames >= max_frames:
+            self._finish(request, reason)
 
     def _release(self, request: EngineRequest) -> None:
         if request.state == RequestState.RUNNING:

@@ -7,6 +7,7 @@ from typing import Hashable
 
 import numpy as np
 
+from service_common.frame_budget import frame_budget
 from talker_service.model import SamplingParams
 from talker_service.prompt import PromptRequest, TextFeed
 
@@ -21,6 +22,7 @@ class RequestState(enum.Enum):
 FINISH_EOS = "eos"          # the model emitted the codec EOS
 FINISH_LENGTH = "length"    # SamplingParams.max_new_tokens reached
 FINISH_CONTEXT = "context"  # the slot's max_seq_len reached
+FINISH_BUDGET = "budget"    # the frame budget of the text's length reached (service_common/frame_budget.py)
 
 
 @dataclass
@@ -33,8 +35,8 @@ class EngineRequest:
     state: RequestState = RequestState.QUEUED
     slot: int = -1
     prompt_len: int = 0
-    max_frames: int = 0
-    context_limited: bool = False     # max_frames comes from max_seq_len, not max_new_tokens
+    max_frames_by_length: int = 0     # from SamplingParams.max_new_tokens, set at prefill
+    max_frames_by_context: int = 0    # what the slot's max_seq_len leaves after the prompt, set at prefill
     num_frames: int = 0               # frames generated so far
     next_seq: int = 0                 # sequence number of the next FramesOut
     prefill_start_s: float = 0.0
@@ -47,6 +49,22 @@ class EngineRequest:
     def position(self) -> int:
         """Talker position of the next decode step: frame g >= 1 is decoded at prompt_len + g - 1."""
         return self.prompt_len + self.num_frames - 1
+
+    def frame_limit(self) -> tuple[int, str]:
+        """(most frames this request may have now, the FINISH_* reason when it reaches them).
+
+        The text budget counts only once the text has ended: until then more text may raise it
+        (and a streamed request cannot outrun its text anyway: each step consumes one text
+        element, so it parks rather than generate far past the text it has). Ties go to the
+        request's own max_new_tokens (LENGTH), then to the context."""
+        limit, reason = self.max_frames_by_length, FINISH_LENGTH
+        if self.feed.is_closed:
+            budget = frame_budget(self.feed.num_text_tokens, limit, self.sampling.min_new_tokens)
+            if budget < limit:
+                limit, reason = budget, FINISH_BUDGET
+        if self.max_frames_by_context < limit:
+            limit, reason = self.max_frames_by_context, FINISH_CONTEXT
+        return limit, reason
 
 
 @dataclass

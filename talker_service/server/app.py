@@ -57,7 +57,7 @@ def serve(config: TalkerServiceConfig) -> int:
             return 0
         vocab, model = engine.vocab, engine.runner.model
         reader = StartReader(vocab, model.config.hidden_size, int(generation.get("max_new_tokens", 2048)),
-                             config.max_text_tokens)
+                             config.max_text_tokens, max_seq_len=engine.config.max_seq_len)
         voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
                                model.device, model.dtype)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)

@@ -18,11 +18,13 @@ from talker_service.voice.clone_prompt import VoiceClonePrompt
 
 
 class StartReader:
-    def __init__(self, vocab: PromptVocab, hidden_size: int, default_max_new_tokens: int, max_text_tokens: int):
+    def __init__(self, vocab: PromptVocab, hidden_size: int, default_max_new_tokens: int, max_text_tokens: int,
+                 max_seq_len: int = 0):
         self.vocab = vocab
         self.hidden_size = hidden_size
         self.default_max_new_tokens = default_max_new_tokens
         self.max_text_tokens = max_text_tokens
+        self.max_seq_len = max_seq_len      # positions per slot (prompt plus frames); 0: no check here
         self.speaker_names = {int(i): name for name, i in vocab.ids.speaker_ids.items()}
         self.language_names = {int(i): ("chinese" if "dialect" in name else name)
                                for name, i in vocab.ids.language_ids.items()}
@@ -81,6 +83,11 @@ class StartReader:
         return prompt, codes
 
     def _sampling(self, s: talker_pb2.Sampling) -> SamplingParams:
+        # An explicit max_frames the context cannot hold is a mistake to report, not a silent cap
+        # (the gateway checks the model's own context; this talker's max_seq_len may be smaller).
+        if self.max_seq_len and s.max_frames > self.max_seq_len:
+            raise ValueError(f"sampling.max_frames {s.max_frames} exceeds the context of this talker: "
+                             f"{self.max_seq_len} positions (max_seq_len) hold the prompt and every frame")
         # max_frames counts frames; the official max_new_tokens counts one more (the EOS sampling)
         max_new_tokens = s.max_frames + 1 if s.max_frames else self.default_max_new_tokens
         # EOS is masked while fewer than min_new_tokens codes were sampled: that many frames at least

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from protos.tts.internal.v1 import vocoder_pb2
 from protos.tts.v1 import tts_pb2
-from talker_service.engine import FINISH_CONTEXT, FINISH_EOS, FramesOut
+from talker_service.engine import FINISH_BUDGET, FINISH_CONTEXT, FINISH_EOS, FINISH_LENGTH, FramesOut
 
-FINISH_REASONS = {FINISH_EOS: tts_pb2.FINISH_REASON_END_OF_SPEECH, FINISH_CONTEXT: tts_pb2.FINISH_REASON_MAX_CONTEXT}
+FINISH_REASONS = {FINISH_EOS: tts_pb2.FINISH_REASON_END_OF_SPEECH, FINISH_LENGTH: tts_pb2.FINISH_REASON_MAX_FRAMES,
+                  FINISH_CONTEXT: tts_pb2.FINISH_REASON_MAX_CONTEXT, FINISH_BUDGET: tts_pb2.FINISH_REASON_TEXT_BUDGET}
 
 
 def summary_of(out: FramesOut) -> vocoder_pb2.GenerationSummary:

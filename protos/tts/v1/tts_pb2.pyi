@@ -22,6 +22,7 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_END_OF_SPEECH: _ClassVar[FinishReason]
     FINISH_REASON_MAX_FRAMES: _ClassVar[FinishReason]
     FINISH_REASON_MAX_CONTEXT: _ClassVar[FinishReason]
+    FINISH_REASON_TEXT_BUDGET: _ClassVar[FinishReason]
 VOICE_KIND_UNSPECIFIED: VoiceKind
 VOICE_KIND_SPEAKER: VoiceKind
 VOICE_KIND_DESIGN: VoiceKind
@@ -31,6 +32,7 @@ FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_END_OF_SPEECH: FinishReason
 FINISH_REASON_MAX_FRAMES: FinishReason
 FINISH_REASON_MAX_CONTEXT: FinishReason
+FINISH_REASON_TEXT_BUDGET: FinishReason
 
 class Flush(_message.Message):
     __slots__ = ("flush_id",)
