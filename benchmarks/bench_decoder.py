@@ -1,17 +1,22 @@
-"""Decoder (Code2Wav) throughput and latency: eager streaming step vs CUDA-graph replay.
+"""Decoder (Code2Wav) throughput and latency: the step body's device time, and the service's decode call.
 
     python benchmarks/bench_decoder.py --out benchmarks/results/decoder_h200.json       # GPU, full size
     python benchmarks/bench_decoder.py --smoke --out /tmp/decoder_smoke.json            # CPU, tiny
 
 Full-size decoder config with random weights (speed does not depend on the values), bf16, CUDA.
-Rows: streaming steps of `--chunk-frames` at each batch size (eager body vs graph replay),
-first-chunk latency at batch 1, and the official-style windowed decode (a fresh forward over
-context + new frames, context samples dropped) for reference. Medians over `--iters` timed
-iterations after `--warmup`; CUDA events time the device work of each call.
+Rows: streaming steps of `--chunk-frames` at each batch size and first chunks at batch 1, each
+timed two ways. `body:*` is the device time (CUDA events) of the bare step on device tensors: the
+kernels alone, what kernel work changes. `runner:*` is the wall time of `DecoderRunner.decode`,
+exactly what the vocoder service runs per batch: host codes in, checks, pinned staging, H2D, graph
+replay (or the eager step when no captured graph covers the shape), D2H, host PCM out. The graph
+rows replay the service's own captured graphs (vocoder_service/runtime/graphs.py). Plus the
+official-style windowed decode (a fresh forward over context + new frames, context samples
+dropped) for reference. Medians over `--iters` timed iterations after `--warmup`.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -20,13 +25,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoint.configs import speech_tokenizer_config  # noqa: E402
 from vocoder_service.codec import Code2Wav, DecoderConfig, StreamingDecoder  # noqa: E402
-from vocoder_service.codec.graphs import GraphedStep  # noqa: E402
+from vocoder_service.runtime.graphs import StepBody  # noqa: E402
+from vocoder_service.runtime.runner import DecoderRunner  # noqa: E402
 
 SAMPLE_RATE_HZ = 24000
 SAMPLES_PER_FRAME = 1920
@@ -76,47 +83,59 @@ def build_model(size: str, device: str, dtype: torch.dtype, seed: int = 0) -> Co
     return model.requires_grad_(False).eval().to(dtype=dtype)
 
 
-class Timer:
-    """Milliseconds of one call: CUDA events on GPU, perf_counter on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def __call__(self, fn) -> float:
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
+def device_ms(device: torch.device, fn) -> float:
+    """Milliseconds of one call's device work: CUDA events on GPU, perf_counter on CPU."""
+    if device.type != "cuda":
+        return wall_ms(fn)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
-def median_ms(timer: Timer, fn, warmup: int, iters: int) -> float:
+def wall_ms(fn) -> float:
+    """Milliseconds of one call on the host clock (DecoderRunner.decode returns host PCM: it has synced)."""
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def median_ms(timer, fn, warmup: int, iters: int) -> float:
     for _ in range(warmup):
         timer(fn)
     return statistics.median(timer(fn) for _ in range(iters))
 
 
 def step_inputs(decoder: StreamingDecoder, bsz: int, frames: int):
+    """Device tensors for the bare step body."""
     codes = torch.randint(0, decoder.codebook_size, (bsz, decoder.num_quantizers, frames), device=decoder.device)
     slots = torch.arange(bsz, device=decoder.device)
     lengths = torch.full((bsz,), frames, device=decoder.device, dtype=torch.int64)
     return codes, slots, lengths
 
 
-def graph_vs_eager_max_abs(decoder: StreamingDecoder, graphed: GraphedStep, frames: int, num_chunks: int = 3) -> float:
-    """Stream the same codes through the eager body (slot 0) and the replayed path (slot 1)."""
-    decoder.reset([0, 1])
+def host_inputs(runner: DecoderRunner, bsz: int, frames: int, seed: int = 0):
+    """Host arrays for DecoderRunner.decode, as the engine hands them over."""
+    codes = np.random.default_rng(seed).integers(0, runner.codebook_size, (bsz, runner.num_quantizers, frames))
+    return codes, np.arange(bsz), np.full(bsz, frames)
+
+
+def graph_vs_eager_max_abs(runner: DecoderRunner, frames: int, num_chunks: int = 3) -> float:
+    """Stream the same codes through the eager step body (slot 0) and the runner's decode (slot 1)."""
+    decoder = runner.decoder
+    runner.reset([0, 1])
     worst = 0.0
-    for _ in range(num_chunks):
-        codes, _, lengths = step_inputs(decoder, 1, frames)
-        eager = decoder.step_unchecked(codes, torch.tensor([0], device=decoder.device), lengths)
-        replay = graphed(codes, torch.tensor([1], device=decoder.device), lengths, validate=False)
-        worst = max(worst, (eager.float() - replay.float()).abs().max().item())
+    for chunk in range(num_chunks):
+        codes, _, lengths = host_inputs(runner, 1, frames, seed=100 + chunk)
+        eager = decoder.step_unchecked(torch.from_numpy(codes).to(decoder.device),
+                                       torch.tensor([0], device=decoder.device),
+                                       torch.from_numpy(lengths).to(decoder.device))
+        served = runner.decode(codes, np.array([1]), lengths)
+        if not runner.last_step_is_graph:
+            raise RuntimeError(f"a (1, {frames}) decode ran eagerly: no captured graph covers it")
+        worst = max(worst, float(np.abs(eager.float().cpu().numpy() - served).max()))
     return worst
 
 
@@ -127,58 +146,73 @@ def row(kind: str, path: str, bsz: int, frames: int, ms: float, new_frames: int 
             "median_ms": round(ms, 4), "audio_s_per_s": round(audio_s / (ms / 1e3), 2)}
 
 
+def graphed_runner(model: Code2Wav, max_slots: int, shapes: tuple[list[int], list[int]], is_cuda: bool,
+                   compile_args: dict | None = None) -> tuple[DecoderRunner, StepBody | None, dict]:
+    """A runner with the service's graphs captured for `shapes` (emulated on CPU); optionally compiled."""
+    runner = DecoderRunner(model, max_slots)
+    body = runner.compiled_step(**compile_args) if compile_args is not None else None
+    report = runner.capture_graphs(*shapes, budget_bytes=1 << 40, emulate=not is_cuda, body=body)
+    if report.skipped:
+        raise RuntimeError(f"shapes left uncaptured: {report.skipped}")
+    return runner, body, {"num_graphs": len(report.captured), "capture_s": round(report.capture_s, 3)}
+
+
 def run(args) -> dict:
     device = torch.device(args.device)
+    is_cuda = device.type == "cuda"
     dtype = getattr(torch, args.dtype)
     size = "tiny" if args.smoke else "full"
     model = build_model(size, args.device, dtype)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     first_frames = [int(f) for f in args.first_chunk_frames.split(",")]
-    decoder = StreamingDecoder(model, max_slots=max(batch_sizes))
-    timer = Timer(device)
-    bodies = {"eager": decoder.step_unchecked}
+    max_slots = max(batch_sizes)
+    shapes = (sorted(set(batch_sizes + [1])), sorted(set([args.chunk_frames] + first_frames)))
+    graph_name = "graph" if is_cuda else "emulated"   # CPU: the same padded static shapes, run eagerly
+    eager = DecoderRunner(model, max_slots)            # no graphs: the service's path for uncovered shapes
+    # path -> (runner, the bare body timed on device tensors or None)
+    paths: dict[str, tuple[DecoderRunner, StepBody | None]] = {"eager": (eager, eager.decoder.step_unchecked)}
+    rows, errors, checks, captures = [], {}, {}, {}
+    variants = {graph_name: None}
     if args.compile:
-        # One specialisation per (bs, t) bucket: raise dynamo's per-function recompile limit (8).
-        for name in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, 64)
-        bodies["compiled"] = torch.compile(decoder.step_unchecked, mode=args.compile_mode, dynamic=bool(args.compile_dynamic))
-    rows, errors, checks = [], {}, {}
-    for body_name, body in bodies.items():
-        graphed = GraphedStep(decoder, batch_sizes + [1], [args.chunk_frames] + first_frames, body=body)
-        graph_path = ("graph" if graphed.use_cuda_graphs else "static-eager") + ("" if body_name == "eager" else "+compile")
+        variants[graph_name + "+compile"] = {"mode": args.compile_mode, "dynamic": bool(args.compile_dynamic)}
+    for name, compile_args in variants.items():
         try:
-            graphed.capture()
-        except Exception as exc:  # report, keep the eager rows
-            errors[graph_path] = f"{type(exc).__name__}: {exc}"
-            graphed = None
-        if graphed is not None:
-            checks[graph_path] = graph_vs_eager_max_abs(decoder, graphed, args.chunk_frames)
-        cases = [("stream", b, args.chunk_frames) for b in batch_sizes] + [("first_chunk", 1, f) for f in first_frames]
-        for kind, bsz, frames in cases:
-            codes, slots, lengths = step_inputs(decoder, bsz, frames)
-            try:
-                ms = median_ms(timer, lambda: body(codes, slots, lengths), args.warmup, args.iters)
-            except Exception as exc:  # only the optional compiled body is expected to fail here
-                if body_name == "eager":
-                    raise
-                errors[body_name] = f"{type(exc).__name__}: {exc}"
-                break
-            rows.append(row(kind, body_name, bsz, frames, ms))
-            if graphed is not None:
-                ms = median_ms(timer, lambda: graphed(codes, slots, lengths, validate=False), args.warmup, args.iters)
-                rows.append(row(kind, graph_path, bsz, frames, ms))
+            runner, body, capture = graphed_runner(model, max_slots, shapes, is_cuda, compile_args)
+            checks[name] = graph_vs_eager_max_abs(runner, args.chunk_frames)
+        except Exception as exc:  # report, keep the other rows (only the compiled variant is expected to fail)
+            if compile_args is None:
+                raise
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        paths[name], captures[name] = (runner, body), capture
+    cases = [("stream", b, args.chunk_frames) for b in batch_sizes] + [("first_chunk", 1, f) for f in first_frames]
+    device_timer = functools.partial(device_ms, device)
+    for name, (runner, body) in paths.items():
+        try:
+            for kind, bsz, frames in cases:
+                if body is not None:
+                    codes, slots, lengths = step_inputs(runner.decoder, bsz, frames)
+                    ms = median_ms(device_timer, lambda: body(codes, slots, lengths), args.warmup, args.iters)
+                    rows.append(row(kind, "body:" + ("compile" if name.endswith("+compile") else "eager"),
+                                    bsz, frames, ms))
+                codes, slots, lengths = host_inputs(runner, bsz, frames)
+                ms = median_ms(wall_ms, lambda: runner.decode(codes, slots, lengths), args.warmup, args.iters)
+                rows.append({**row(kind, "runner:" + name, bsz, frames, ms), "is_graph": runner.last_step_is_graph})
+        except Exception as exc:  # only the optional compiled variant is expected to fail here
+            if not name.endswith("+compile"):
+                raise
+            errors[name] = f"{type(exc).__name__}: {exc}"
     with torch.no_grad():  # official-style: fresh forward over context + new frames per chunk
         for bsz in batch_sizes:
             total = args.context_frames + args.chunk_frames
             codes = torch.randint(0, 2048, (bsz, 16, total), device=device)
-            ms = median_ms(timer, lambda: model(codes)[..., args.context_frames * SAMPLES_PER_FRAME :], args.warmup, args.iters)
+            ms = median_ms(device_timer, lambda: model(codes)[..., args.context_frames * SAMPLES_PER_FRAME :], args.warmup, args.iters)
             rows.append(row("windowed_reference", "eager", bsz, total, ms, new_frames=args.chunk_frames))
     return {
         "benchmark": "decoder", "device": _device_name(device), "torch": torch.__version__,
         "python": platform.python_version(), "git_commit": _git_commit(), "dtype": args.dtype,
         "config_size": size, "decoder_config": speech_tokenizer_config(size)["decoder_config"],
-        "args": vars(args), "graph_vs_eager_max_abs": checks, "rows": rows, "errors": errors,
+        "args": vars(args), "graph_vs_eager_max_abs": checks, "captures": captures, "rows": rows, "errors": errors,
     }
 
 
@@ -198,11 +232,11 @@ def _git_commit() -> str:
 
 def print_table(result: dict) -> None:
     print(f"{result['device']}  torch {result['torch']}  {result['dtype']}  config={result['config_size']}  commit {result['git_commit']}")
-    print(f"{'kind':<20}{'path':<22}{'batch':>6}{'frames':>7}{'median ms':>12}{'audio-s/s':>12}")
+    print(f"{'kind':<20}{'path':<24}{'batch':>6}{'frames':>7}{'median ms':>12}{'audio-s/s':>12}")
     for r in result["rows"]:
-        print(f"{r['kind']:<20}{r['path']:<22}{r['batch']:>6}{r['frames']:>7}{r['median_ms']:>12.3f}{r['audio_s_per_s']:>12.1f}")
+        print(f"{r['kind']:<20}{r['path']:<24}{r['batch']:>6}{r['frames']:>7}{r['median_ms']:>12.3f}{r['audio_s_per_s']:>12.1f}")
     for path, diff in result["graph_vs_eager_max_abs"].items():
-        print(f"{path} vs eager body, same codes and fresh slots: max |diff| = {diff:.3g}")
+        print(f"runner:{path} vs eager body, same codes and fresh slots: max |diff| = {diff:.3g}")
     for path, error in result["errors"].items():
         print(f"error in {path}: {error}")
 

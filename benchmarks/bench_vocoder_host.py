@@ -29,8 +29,7 @@ from benchmarks.bench_vocoder_service import build_random_decoder, git_commit  #
 from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
 from vocoder_service.engine.engine import ErrorOut, VocoderEngine  # noqa: E402
-from vocoder_service.graph_runner import GraphTable  # noqa: E402
-from vocoder_service.runner import DecoderRunner  # noqa: E402
+from vocoder_service.runtime.runner import DecoderRunner  # noqa: E402
 
 
 class StubStep:
@@ -106,8 +105,7 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     runner = DecoderRunner(build_random_decoder("tiny", args.device, torch.float32), args.batch)
     stub = StubStep(args.batch, args.frames * runner.samples_per_frame, device)
-    runner.graphs = GraphTable(runner.decoder, emulate=device.type != "cuda", body=stub)
-    runner.graphs.capture([args.batch], [args.frames], budget_bytes=1 << 40)
+    runner.capture_graphs([args.batch], [args.frames], budget_bytes=1 << 40, emulate=device.type != "cuda", body=stub)
     result = {"benchmark": "vocoder_host", "device": args.device, "cpu": platform.processor() or platform.machine(),
               "commit": git_commit(), "torch": torch.__version__, "runs": []}
     for fpm in (int(x) for x in args.frames_per_message.split(",")):

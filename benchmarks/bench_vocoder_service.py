@@ -33,8 +33,8 @@ from vocoder_service.codec import Code2Wav, DecoderConfig  # noqa: E402
 from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
 from vocoder_service.engine.engine import ErrorOut, VocoderEngine  # noqa: E402
-from vocoder_service.runner import DecoderRunner, parse_dtype  # noqa: E402
-from vocoder_service.runner_stats import LatencyWindow  # noqa: E402
+from vocoder_service.runtime.runner import DecoderRunner, parse_dtype  # noqa: E402
+from vocoder_service.runtime.stats import LatencyWindow  # noqa: E402
 
 FRAME_S = 0.08   # 1920 samples at 24 kHz
 
@@ -88,8 +88,8 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None
     if mode in ("graphs", "graphs+compile"):
         batch_sizes = _int_list(getattr(args, "capture_batch_sizes", "")) or batch_buckets(max_slots)
         frame_sizes = _int_list(getattr(args, "capture_frame_sizes", "")) or policy.frame_buckets()
-        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda,
-                                    compile_step=(mode == "graphs+compile" and is_cuda))
+        body = runner.compiled_step() if mode == "graphs+compile" and is_cuda else None
+        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda, body=body)
         report = {"num_graphs": len(cap.captured), "skipped": cap.skipped, "graph_memory_bytes": cap.graph_memory_bytes,
                   "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s}
     # Warm-up: every (batch, frames) bucket once, so kernel compilation is not timed.

@@ -1,18 +1,22 @@
-"""GraphedStep bucketing and padding (the CUDA capture itself runs in benchmarks/bench_decoder.py).
+"""The decoder's graph table (vocoder_service/runtime/graphs.py): shape choice and padding.
 
-On CPU the buckets run the step body eagerly on the same static, padded buffers that a captured
-graph would read, so these tests cover everything but the capture call.
+On CPU the table is built with `emulate=True`: each captured step runs the step body eagerly on
+the same static, padded buffers that a CUDA graph would read, so these tests cover everything but
+the capture call itself (that runs on the GPU in benchmarks/bench_decoder.py, through the runner).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from test_decoder_fixtures import random_codes, single_thread, tiny_code2wav  # noqa: F401 (single_thread: autouse fixture)
 from vocoder_service.codec import StreamingDecoder
-from vocoder_service.codec.graphs import GraphedStep
+from vocoder_service.runtime.graphs import GraphTable
+from vocoder_service.runtime.runner import DecoderRunner
 
 SPF = 1920
+BUDGET_BYTES = 1 << 30   # emulation allocates no device memory: every shape is captured
 
 
 @pytest.fixture(scope="module")
@@ -20,35 +24,48 @@ def model():
     return tiny_code2wav()
 
 
-def test_bucket_choice_and_limits(model):
-    graphed = GraphedStep(StreamingDecoder(model, max_slots=4), batch_sizes=[4, 1, 2], chunk_frames=[5, 2])
-    assert graphed.bucket_for(1, 1) == (1, 2)
-    assert graphed.bucket_for(3, 3) == (4, 5)
-    with pytest.raises(ValueError, match="exceeds the largest captured batch size 4"):
-        graphed.bucket_for(5, 1)
-    with pytest.raises(ValueError, match="exceeds the largest captured chunk 5"):
-        graphed.bucket_for(1, 6)
+def emulated_table(decoder: StreamingDecoder, batch_sizes: list[int], frame_sizes: list[int]) -> GraphTable:
+    table = GraphTable(decoder, emulate=True)
+    report = table.capture(batch_sizes, frame_sizes, BUDGET_BYTES)
+    assert not report.skipped
+    return table
 
 
-def test_padded_buckets_stream_exactly_and_only_touch_the_scratch_slot(model):
+def test_shape_choice_and_limits(model):
+    table = emulated_table(StreamingDecoder(model, max_slots=4), batch_sizes=[4, 1, 2], frame_sizes=[5, 2])
+    assert len(table) == 6
+    assert table.covering_shape(1, 1) == (1, 2)
+    assert table.covering_shape(3, 3) == (4, 5)
+    assert table.covering_shape(2, 5) == (2, 5)
+    # Beyond the largest captured shape no graph covers the call: the runner runs it eagerly.
+    assert table.covering_shape(5, 1) is None
+    assert table.covering_shape(1, 6) is None
+    with pytest.raises(ValueError, match=r"a \(3, 6\) step does not fit the \(4, 5\) graph"):
+        table.find(4, 5).run(np.zeros((3, 16, 6), np.int64), np.arange(3), np.full(3, 6))
+
+
+def test_padded_shapes_stream_exactly_and_never_touch_other_slots(model):
     codes = {0: random_codes(1, 9, seed=61)[0], 3: random_codes(1, 6, seed=62)[0]}
     reference = {slot: model.decode(c.unsqueeze(0))[0] for slot, c in codes.items()}
     decoder = StreamingDecoder(model, max_slots=5)
-    graphed = GraphedStep(decoder, batch_sizes=[1, 4], chunk_frames=[2, 5])
-    graphed.capture()
-    # (slots in row order, frames per row): bs 1 or 2 rows padded to B=4; t padded to 2 or 5.
-    schedule = [([3], [1]), ([0, 3], [2, 2]), ([0], [4]), ([3, 0], [3, 3])]
+    table = emulated_table(decoder, batch_sizes=[1, 4], frame_sizes=[2, 5])
+    scratch = decoder.scratch_slot
+    scratch_before = {k: pool[scratch].clone() for k, pool in decoder.pools.items()}
+    # (slots in row order, frames per row, the (B, T) it must replay): rows padded to B=4, frames to 2 or 5.
+    schedule = [([3], [1], (1, 2)), ([0, 3], [2, 2], (4, 2)), ([0], [4], (1, 5)), ([3, 0], [3, 3], (4, 5))]
     done = {0: 0, 3: 0}
     streamed = {0: [], 3: []}
-    for slots, sizes in schedule:
+    for slots, sizes, shape in schedule:
         width = max(sizes)
-        chunk = torch.full((len(slots), 16, width), 7)
+        chunk = torch.full((len(slots), 16, width), 7)   # junk codes past each row's length
         for row, (slot, size) in enumerate(zip(slots, sizes)):
             chunk[row, :, :size] = codes[slot][:, done[slot] : done[slot] + size]
-        pcm = graphed(chunk, torch.tensor(slots), torch.tensor(sizes)).clone()
+        step = table.find(len(slots), width)
+        assert (step.batch_size, step.num_frames) == shape
+        pcm = step.run(chunk.numpy(), np.array(slots), np.array(sizes))
         assert pcm.shape == (len(slots), width * SPF)
         for row, (slot, size) in enumerate(zip(slots, sizes)):
-            streamed[slot].append(pcm[row, : size * SPF])
+            streamed[slot].append(torch.from_numpy(pcm[row, : size * SPF]).clone())
             done[slot] += size
     for slot in codes:
         assert done[slot] == codes[slot].shape[1]
@@ -56,14 +73,21 @@ def test_padded_buckets_stream_exactly_and_only_touch_the_scratch_slot(model):
     for unused in (1, 2, 4):  # padding rows went to the scratch slot (index 5), never here
         assert decoder.positions[unused] == 0
         assert all(torch.count_nonzero(pool[unused]) == 0 for pool in decoder.pools.values())
-    assert decoder.positions[decoder.scratch_slot] > 0
+    # Padding rows have length 0: the scratch slot's state and position never move either.
+    assert decoder.positions[scratch] == 0
+    assert all(torch.equal(pool[scratch], scratch_before[k]) for k, pool in decoder.pools.items())
 
 
 def test_rejected_call_leaves_state_untouched(model):
-    decoder = StreamingDecoder(model, max_slots=2)
-    graphed = GraphedStep(decoder, batch_sizes=[2], chunk_frames=[2])
-    graphed(random_codes(1, 2, seed=3), [0])
-    before = {k: v.clone() for k, v in decoder.pools.items()}
+    runner = DecoderRunner(model, max_slots=2)
+    runner.capture_graphs([2], [2], BUDGET_BYTES, emulate=True)
+    runner.decode(random_codes(1, 2, seed=3).numpy(), np.array([0]), np.array([2]))
+    assert runner.last_step_is_graph
+    before = {k: v.clone() for k, v in runner.decoder.pools.items()}
+    positions = runner.decoder.positions.clone()
     with pytest.raises(ValueError, match="duplicate slots"):
-        graphed(random_codes(2, 2, seed=4), [1, 1])
-    assert all(torch.equal(before[k], decoder.pools[k]) for k in before)
+        runner.decode(random_codes(2, 2, seed=4).numpy(), np.array([1, 1]), np.array([2, 2]))
+    with pytest.raises(ValueError, match="does not fit"):   # a step too big for its graph, called directly
+        runner.graphs.find(2, 2).run(random_codes(2, 3, seed=5).numpy(), np.array([0, 1]), np.array([3, 3]))
+    assert all(torch.equal(before[k], runner.decoder.pools[k]) for k in before)
+    assert torch.equal(positions, runner.decoder.positions)

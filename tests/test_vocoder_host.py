@@ -16,8 +16,7 @@ from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
 from vocoder_service.engine.engine import VocoderEngine
 from vocoder_service.engine.stream_state import StreamState
-from vocoder_service.graph_runner import GraphTable
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 
 BATCH, FRAMES = 4, 3
 
@@ -26,8 +25,8 @@ BATCH, FRAMES = 4, 3
 def stub_runner():
     runner = DecoderRunner(build_random_decoder("tiny", "cpu", torch.float32), BATCH)
     stub = StubStep(BATCH, FRAMES * runner.samples_per_frame, torch.device("cpu"))
-    runner.graphs = GraphTable(runner.decoder, emulate=True, body=stub)
-    runner.graphs.capture([BATCH], [FRAMES], budget_bytes=1 << 30)
+    runner.capture_graphs([BATCH], [FRAMES], budget_bytes=1 << 30, emulate=True, body=stub)
+    assert runner.graphs.covering_shape(BATCH, FRAMES) == (BATCH, FRAMES)
     return runner
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from checkpoint.files import resolve_model_dir
-from vocoder_service import graph_runner
+from vocoder_service.runtime import graphs as runtime_graphs
 from vocoder_service.codec import Code2Wav
 from vocoder_service.engine.chunk_policy import ChunkPolicy
 from vocoder_service.engine.config import VocoderEngineConfig
 from vocoder_service.engine.engine import ErrorOut, VocoderEngine
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 from test_vocoder_process_support import offline_pcm, one_cpu_thread, random_codes
 
 ATOL = 2e-5
@@ -157,9 +157,9 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
 
         allocated_growth = reserved_growth
 
-    monkeypatch.setattr(graph_runner, "CapturedStep", FakeStep)
-    monkeypatch.setattr(graph_runner, "_DeviceMemory", FakeMemory)
-    table = graph_runner.GraphTable(DecoderRunner(model, max_slots=4).decoder, emulate=True)
+    monkeypatch.setattr(runtime_graphs, "CapturedStep", FakeStep)
+    monkeypatch.setattr(runtime_graphs, "_DeviceMemory", FakeMemory)
+    table = runtime_graphs.GraphTable(DecoderRunner(model, max_slots=4).decoder, emulate=True)
     report = table.capture([1, 2, 4, 8], [2, 4], budget_bytes=12_000)   # 8 > max_slots: dropped
     assert report.captured == [(1, 2), (1, 4), (2, 2), (2, 4)]          # 2+4+4+8 = 18 row-frames >= 12
     assert report.skipped == [(4, 2), (4, 4)] and report.graph_memory_bytes == 18_000

@@ -14,7 +14,7 @@ from checkpoint.files import resolve_model_dir
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
 from test_vocoder_process_support import TalkerStandIn, entry, one_cpu_thread, random_codes
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
 

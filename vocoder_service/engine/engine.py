@@ -24,7 +24,7 @@ from vocoder_service.engine.liveness import silent_streams
 from vocoder_service.engine.outputs import ChunkTiming, EngineError, ErrorOut, PcmOut
 from vocoder_service.engine.slots import SlotPool, SlotPoolFull
 from vocoder_service.engine.stream_state import StreamState
-from vocoder_service.runner_stats import HostTimes
+from vocoder_service.runtime.stats import HostTimes
 
 # The output types and NUM_CODE_GROUPS live in sibling modules; re-exported because the server,
 # tests and benchmarks import them from here.

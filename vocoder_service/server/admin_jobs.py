@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from vocoder_service.engine.engine import ErrorOut, EngineError, PcmOut, VocoderEngine
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 
 logger = logging.getLogger(__name__)
 

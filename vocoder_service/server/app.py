@@ -15,7 +15,7 @@ import torch
 
 from checkpoint.files import resolve_model_dir
 from service_common.process import StopSignal, announce_ready
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin import VocoderAdminServicer, side_port
 from vocoder_service.server.admin_jobs import AdminBridge
 from vocoder_service.server.config import VocoderServiceConfig
@@ -30,8 +30,9 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     model_dir = resolve_model_dir(config.model)
     runner = DecoderRunner.from_pretrained(model_dir, config.max_slots, config.device, config.resolved_dtype())
     if config.use_graphs:
+        body = runner.compiled_step() if config.compile_step else None
         runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(),
-                              int(config.graph_memory_budget_mb * 2**20), compile_step=config.compile_step)
+                              int(config.graph_memory_budget_mb * 2**20), body=body)
     return runner
 
 

@@ -19,7 +19,7 @@ import zmq
 from protos import wire
 from service_common.heartbeat_thread import HeartbeatThread
 from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
-from vocoder_service.runner import DecoderRunner
+from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.intake import FramesIntake, request_ids_of

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from protos.tts.internal.v1 import admin_pb2, common_pb2
 from vocoder_service.engine.engine import PcmOut, VocoderEngine
-from vocoder_service.runner_stats import LatencyWindow, RunnerStats
+from vocoder_service.runtime.stats import LatencyWindow, RunnerStats
 
 
 def latency_proto(window: LatencyWindow) -> admin_pb2.LatencyStats:

@@ -17,8 +17,8 @@ import torch
 
 from vocoder_service.codec import Code2Wav, StreamingDecoder
 from vocoder_service.codec.validation import check_step
-from vocoder_service.graph_runner import CaptureReport, GraphTable
-from vocoder_service.runner_stats import RunnerStats
+from vocoder_service.runtime.graphs import CaptureReport, GraphTable, StepBody
+from vocoder_service.runtime.stats import RunnerStats
 
 logger = logging.getLogger(__name__)
 
@@ -56,24 +56,31 @@ class DecoderRunner:
         return cls(Code2Wav.from_pretrained(path, device=device, dtype=dtype), max_slots)
 
     # ---- setup -------------------------------------------------------------------------------
+    def compiled_step(self, mode: str = "default", dynamic: bool = False) -> StepBody:
+        """A torch.compile of the step, for `capture_graphs(body=...)`; compiles lazily, per shape.
+
+        On the H200 it took batch-64 25-frame chunks from 2376 to 3203 audio-s/s and a batch-1
+        2-frame first chunk from 3.4 to 2.0 ms (benchmarks/results/2026-11-22-decoder-*), at about a
+        minute of compile per captured shape at start-up: give it few capture sizes.
+        """
+        # One specialisation per (bs, t) shape: lift dynamo's per-function recompile limit (8).
+        # Newer torch names the limit recompile_limit; set whichever this version has.
+        for name in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
+        return torch.compile(self.decoder.step_unchecked, mode=mode, dynamic=dynamic)
+
     def capture_graphs(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int,
-                       emulate: bool = False, compile_step: bool = False) -> CaptureReport:
+                       emulate: bool = False, body: StepBody | None = None) -> CaptureReport:
         """Capture the step for every (batch, frames) shape within the memory budget (CUDA only).
 
         `emulate` (CPU tests): build the same padded static-shape table without graphs.
-        `compile_step`: capture a torch.compile of the step, specialised per shape. On the H200 it
-        took batch-64 25-frame chunks from 2376 to 3203 audio-s/s and a batch-1 2-frame first chunk
-        from 3.4 to 2.0 ms (benchmarks/results/2026-11-22-decoder-*), at about a minute of compile
-        per captured shape at start-up: give it few capture sizes.
+        `body`: what each graph runs instead of `decoder.step_unchecked` (same signature):
+        `compiled_step()`, or a benchmark's stub that isolates the host cost.
         """
         if self.device.type != "cuda" and not emulate:
             logger.info("device %s has no CUDA graphs: every step runs eagerly", self.device)
             return CaptureReport(skipped=[(b, t) for b in batch_sizes for t in frame_sizes])
-        body = None
-        if compile_step:
-            # One specialisation per (bs, t) shape: lift dynamo's per-function recompile limit (8).
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-            body = torch.compile(self.decoder.step_unchecked, dynamic=False)
         self.graphs = GraphTable(self.decoder, emulate=emulate, body=body)
         report = self.graphs.capture(batch_sizes, frame_sizes, budget_bytes)
         self.stats.num_graphs = len(self.graphs)

@@ -14,28 +14,38 @@ first (they run eagerly, and are counted).
 On a CPU decoder a table can be built with `emulate=True`: the same static buffers, padding and
 lookup, with the step body run eagerly on the padded inputs instead of a graph replay. Tests use it
 to prove on CPU that padding rows never disturb real slots; host benchmarks give it a cheap stub body.
+
+This is the decoder's only graph wrapper: the service's runner replays it and the decoder
+benchmarks time it through that runner. The table is keyed by (batch, frames) alone, so a new
+shape choice (another batch size, a 1-frame first chunk) is one more entry in the capture sizes.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
 
 from vocoder_service.codec import StreamingDecoder
-from vocoder_service.runner_stats import HostTimes
+from vocoder_service.runtime.stats import HostTimes
 
 logger = logging.getLogger(__name__)
 
 NUM_WARMUP_RUNS = 2
 
+# codes [B,Q,T] int64, slots [B] int64, lengths [B] int64 (device) -> pcm [B, T*spf]: the signature
+# of StreamingDecoder.step_unchecked, which every body (compiled, or a benchmark's stub) shares.
+StepBody = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
 
 class CapturedStep:
     """One captured step: static device inputs, the graph, and its static output."""
 
-    def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None, body=None) -> None:
+    def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None,
+                 body: StepBody | None = None) -> None:
         device = decoder.device
         self.decoder = decoder
         # The step body: decoder.step_unchecked, or a torch.compile of it (same signature).
@@ -140,7 +150,7 @@ class CaptureReport:
 class GraphTable:
     """Captured steps by shape, and the smallest covering shape for a request."""
 
-    def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body=None) -> None:
+    def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body: StepBody | None = None) -> None:
         self.is_cuda = decoder.device.type == "cuda"
         self.body = body
         if not self.is_cuda and not emulate:
