@@ -7,7 +7,7 @@ Real components on real ZeroMQ sockets over loopback TCP (the deployed transport
 - talker emit: `Emitter.emit` of one step's outputs (one frame per stream) -> FRAMES to the vocoder;
 - vocoder intake: receive that message and `VocoderServer.dispatch` it (decode, checks, engine);
 - vocoder PCM send: `VocoderServer.emit` of one decode step's chunks (`--chunk-frames` per stream),
-  the decode itself a stub returning zeros (not timed);
+  the decode itself a stub returning a constant (not timed);
 - gateway receive: read and decode every PCM message of that step and split it into per-request
   chunks (what `gateway.backend` hands to each request's mailbox).
 
@@ -52,7 +52,8 @@ SAMPLES_PER_FRAME = 1920
 
 
 class StubRunner:
-    """What VocoderServer needs of a runner; decode returns fresh zeros (a graph's output copy)."""
+    """What VocoderServer needs of a runner; decode returns fresh, written memory (as the copy of a
+    graph's output is: untouched calloc pages would make the first reader pay the page faults)."""
 
     samples_per_frame = SAMPLES_PER_FRAME
     sample_rate_hz = 24000
@@ -66,7 +67,7 @@ class StubRunner:
         pass
 
     def decode(self, codes, slots, lengths) -> np.ndarray:
-        return np.zeros((codes.shape[0], codes.shape[2] * SAMPLES_PER_FRAME), np.float32)   # [bs, t*spf]
+        return np.full((codes.shape[0], codes.shape[2] * SAMPLES_PER_FRAME), 0.25, np.float32)   # [bs, t*spf]
 
 
 class StubTalkerEngine:

@@ -29,6 +29,7 @@ class Route:
     gateway: bytes | None = None            # ROUTER identity of the gateway; None for admin calls
     reply_to: str = ""
     vocoder: VocoderLink | None = None
+    vocoder_handle: int = 0                  # the stream's number on its vocoder link, from its first frames
     context_codes: np.ndarray | None = None  # [K, 16] voice-clone reference codes, sent before frame 0
     deadline_s: float | None = None          # monotonic; None = no deadline
     next_text_seq: int = 0
