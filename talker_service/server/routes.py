@@ -29,13 +29,13 @@ class Route:
     gateway: bytes | None = None            # ROUTER identity of the gateway; None for admin calls
     reply_to: str = ""
     vocoder: VocoderLink | None = None
-    vocoder_handle: int = 0                  # the stream's number on its vocoder link, from its first frames
     context_codes: np.ndarray | None = None  # [K, 16] voice-clone reference codes, sent before frame 0
     deadline_s: float | None = None          # monotonic; None = no deadline
     next_text_seq: int = 0
     is_ended: bool = False                   # End received
     sink: queue.Queue | None = None          # admin GenerateCodes: engine outputs go here
     seed: int = 0
+    vocoder_handle: int = 0                  # the stream's number on its vocoder link, from its first frames
 
 
 class RouteTable:
