@@ -2,8 +2,8 @@
 
 A message is frame 0 = the `MessageType` tag, frame 1 = the protobuf header of the class the tag
 names, then raw little-endian C-order array frames:
-- single-array messages (ENCODE_VOICE): an optional frame 2 whose dtype and shape travel in the
-  header's `array` field (`tts.internal.v1.ArraySpec`);
+- single-array messages (ENCODE_VOICE): frame 2, whose dtype and shape travel in the header's
+  `array` field (`tts.internal.v1.ArraySpec`);
 - multi-array messages (FRAMES, PCM): exactly one frame per array the schema names, frames 2, 3,
   ..., each described by the header's `repeated ArraySpec arrays` in the same order. `decode`
   returns them as a named tuple (`FramesArrays`, `PcmArrays`) after checking every dtype, shape
@@ -70,7 +70,6 @@ class ArrayRule:
     name: str
     dtypes: frozenset[np.dtype]
     ndim: int
-    is_required: bool = True   # single-array messages only: False lets frame 2 be absent
 
 
 class FramesArrays(NamedTuple):
@@ -96,8 +95,8 @@ class PcmArrays(NamedTuple):
     pcm: np.ndarray              # float32 [sum(num_samples)] samples back to back
 
 
-def _rule(name: str, ndim: int, *dtypes: str, is_required: bool = True) -> ArrayRule:
-    return ArrayRule(name, frozenset(np.dtype(d) for d in dtypes), ndim, is_required)
+def _rule(name: str, ndim: int, *dtypes: str) -> ArrayRule:
+    return ArrayRule(name, frozenset(np.dtype(d) for d in dtypes), ndim)
 
 
 def _same_length(msg_type: MessageType, arrays: tuple, names: tuple[str, ...]) -> int:
@@ -156,7 +155,7 @@ assert tuple(r.name for r in _PCM_ARRAYS.rules) == PcmArrays._fields
 @dataclass(frozen=True)
 class Schema:
     header_class: type[Message]
-    array: ArrayRule | None = None     # single-array messages: frame 2, described by header.array
+    array: ArrayRule | None = None     # single-array messages: frame 2 (required), described by header.array
     arrays: ArrayGroup | None = None   # multi-array messages: frames 2.., described by header.arrays
 
 
@@ -215,7 +214,7 @@ def _payload(label: str, rule: ArrayRule, array: Any) -> tuple[common_pb2.ArrayS
 def encode(msg_type: MessageType, header: Message, array: Any = None) -> list[bytes | memoryview]:
     """Frames for `socket.send_multipart(frames, copy=False)`.
 
-    `array`: an ndarray (or None) for single-array messages; the named tuple of the type's arrays
+    `array`: an ndarray for single-array messages (None for messages without arrays); the named tuple of the type's arrays
     (`FramesArrays`, `PcmArrays`, or a plain tuple in that order) for multi-array messages, which
     are checked like `decode` checks them, so a sender's bug fails here rather than at the peer.
     The header's `array`/`arrays` field must be left unset: it is filled here.
@@ -237,9 +236,7 @@ def encode(msg_type: MessageType, header: Message, array: Any = None) -> list[by
     if header.HasField("array"):
         raise ValueError(f"{msg_type.name} header.array is set by encode(); leave it empty")
     if array is None:
-        if schema.array.is_required:
-            raise ValueError(f"{msg_type.name} requires an array")
-        return [msg_type.value, header_bytes]
+        raise ValueError(f"{msg_type.name} requires an array")
     spec, payload = _payload(_label(msg_type, schema.array, schema), schema.array, array)
     # Appending a serialized message that sets only `array` merges it into the header: this
     # avoids copying or mutating the caller's header (the field is known to be unset above).
@@ -317,8 +314,8 @@ def parse_header(frames: Sequence[Any]) -> tuple[MessageType, Message]:
 def decode(frames: Sequence[Any]) -> tuple[MessageType, Message, Any]:
     """(type, header, arrays) from received frames; ValueError on anything malformed.
 
-    arrays: None or an ndarray for single-array messages; the type's named tuple of read-only
-    ndarrays (`FramesArrays`, `PcmArrays`) for multi-array messages.
+    arrays: None for messages without arrays, an ndarray for single-array messages, the type's
+    named tuple of read-only ndarrays (`FramesArrays`, `PcmArrays`) for multi-array messages.
     """
     schema = None
     if len(frames) >= 1:
@@ -337,10 +334,8 @@ def decode(frames: Sequence[Any]) -> tuple[MessageType, Message, Any]:
         return msg_type, header, _decode_group(msg_type, schema, header, frames)
     rule = schema.array
     if len(frames) == 2:
-        if rule is not None and rule.is_required:
+        if rule is not None:
             raise ValueError(f"{msg_type.name} requires an array frame")
-        if rule is not None and header.HasField("array"):
-            raise ValueError(f"{msg_type.name} header describes an array but no array frame came")
         return msg_type, header, None
     if rule is None:
         raise ValueError(f"{msg_type.name} carries no array, got a third frame")
