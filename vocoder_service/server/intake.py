@@ -147,18 +147,15 @@ class FramesIntake:
         return too_big.any(axis=1)
 
     def _by_handle(self, identity: bytes, items, kind: str, name_of: Callable[[Any], str]) -> dict[int, Any]:
-        """`items` keyed by handle; a handle named twice is refused (and dropped)."""
-        out: dict[int, Any] = {}
-        twice: set[int] = set()
+        """`items` keyed by handle; every item of a handle named more than once is refused (and dropped)."""
+        grouped: dict[int, list] = {}
         for item in items:
-            if item.handle in out:
-                twice.add(item.handle)
-            else:
-                out[item.handle] = item
-        for handle in twice:
-            self.reject(identity, name_of(out.pop(handle)), "INVALID_ARGUMENT",
-                        f"stream handle {handle} has more than one {kind} in one FRAMES message")
-        return out
+            grouped.setdefault(item.handle, []).append(item)
+        for handle in [h for h, group in grouped.items() if len(group) > 1]:
+            for item in grouped.pop(handle):
+                self.reject(identity, name_of(item), "INVALID_ARGUMENT",
+                            f"stream handle {handle} has more than one {kind} in one FRAMES message")
+        return {handle: group[0] for handle, group in grouped.items()}
 
     # ---- failures ----------------------------------------------------------------------------
     def reject(self, identity: bytes, request_id: str, code: str, message: str) -> None:
