@@ -24,8 +24,8 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from gateway.audio_intake import AudioIntake
 from protos import wire
-from protos.pcm_split import split_pcm
 from protos.tts.internal.v1 import common_pb2
 from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
 
@@ -104,7 +104,8 @@ class Backend:
         self.mailboxes: dict[str, Mailbox] = {}
         self.tasks: list[asyncio.Task] = []
         self.on_health_change = lambda is_serving: None
-        self.num_malformed_audio_messages = 0
+        self.audio = AudioIntake(lambda kind, header, array: self._deliver(Event(kind, header, array), "vocoder"),
+                                 self.peer_id)
         self._was_healthy = False
 
     def _connect(self, endpoint: str) -> TalkerPeer:
@@ -204,37 +205,7 @@ class Backend:
 
     async def _receive_audio(self) -> None:
         while True:
-            self.on_audio_message(await self.pull.recv_multipart(copy=False))
-
-    def on_audio_message(self, frames: list) -> None:
-        """One message from a vocoder: an ERROR, or a PCM batch split into per-request chunks.
-        A malformed one is logged and counted; the requests it names (when its header still
-        reads) fail with INTERNAL, since their audio is lost; nothing else is touched."""
-        try:
-            msg_type, header, arrays = wire.decode(frames)
-            parts = split_pcm(header, arrays) if msg_type == wire.MessageType.PCM else None
-        except ValueError as exc:
-            self.num_malformed_audio_messages += 1
-            logger.warning("malformed message on the audio socket: %s", exc)
-            self._fail_named(frames, f"the vocoder sent malformed audio: {exc}")
-            return
-        if msg_type == wire.MessageType.ERROR:
-            self._deliver(Event(msg_type, header), "vocoder")
-        elif parts is not None:
-            for part in parts:
-                self._deliver(Event(msg_type, part, part.pcm), "vocoder")
-
-    def _fail_named(self, frames: list, why: str) -> None:
-        try:
-            msg_type, header = wire.parse_header(frames)
-        except ValueError:
-            return
-        if msg_type != wire.MessageType.PCM:
-            return
-        for request_id in dict.fromkeys(header.request_ids):
-            self._deliver(Event(wire.MessageType.ERROR, common_pb2.Error(
-                request_id=request_id, code=common_pb2.STATUS_CODE_INTERNAL, message=why, origin=self.peer_id)),
-                "vocoder")
+            self.audio.on_message(await self.pull.recv_multipart(copy=False))
 
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:

@@ -162,23 +162,23 @@ def test_gateway_delivers_each_chunk_and_fails_only_the_requests_of_a_malformed_
         try:
             boxes = {rid: backend.open_mailbox(rid, None) for rid in ("a", "b", "c")}
             header, arrays = pcm_batch([("a", 0, 16), ("b", 0, 8)], finals={1: 2})
-            backend.on_audio_message(wire.encode(MT.PCM, header, arrays))
+            backend.audio.on_message(wire.encode(MT.PCM, header, arrays))
             got_a, got_b = drain(boxes["a"]), drain(boxes["b"])
             assert [e.kind for e in got_a] == [MT.PCM] and got_a[0].header.seq == 0 and len(got_a[0].array) == 16
             assert got_b[0].header.is_final and got_b[0].header.generation.num_frames == 2
             # Malformed: the header still names "a" and "b"; their audio is lost, so they fail; "c" is untouched.
             bad_header, bad_arrays = pcm_batch([("a", 1, 16), ("b", 1, 8)])
-            backend.on_audio_message(raw(MT.PCM, bad_header, [*bad_arrays[:-1], bad_arrays.pcm[:-3]]))
+            backend.audio.on_message(raw(MT.PCM, bad_header, [*bad_arrays[:-1], bad_arrays.pcm[:-3]]))
             # Undecodable even as a header: counted and logged, nobody to fail.
-            backend.on_audio_message([b"PCM", b"\xff\xff", *([b""] * 9)])
-            assert backend.num_malformed_audio_messages == 2
+            backend.audio.on_message([b"PCM", b"\xff\xff", *([b""] * 9)])
+            assert backend.audio.num_malformed_messages == 2
             for rid in ("a", "b"):
                 (event,) = drain(boxes[rid])
                 assert event.kind is MT.ERROR and event.header.code == common_pb2.STATUS_CODE_INTERNAL
                 assert "malformed audio" in event.header.message and "num_samples add up to 24" in event.header.message
             assert drain(boxes["c"]) == []
             error = common_pb2.Error(request_id="c", code=common_pb2.STATUS_CODE_DATA_LOSS, message="gap")
-            backend.on_audio_message(wire.encode(MT.ERROR, error))
+            backend.audio.on_message(wire.encode(MT.ERROR, error))
             assert [e.header.code for e in drain(boxes["c"])] == [common_pb2.STATUS_CODE_DATA_LOSS]
         finally:
             await backend.stop()
