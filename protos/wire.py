@@ -28,14 +28,19 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
+from protos.array_messages import (CODES_PER_FRAME, FRAMES_ARRAYS, PCM_ARRAYS, ArrayGroup, ArrayRule, FramesArrays,
+                                   PcmArrays, array_rule)
 from protos.tts.internal.v1 import common_pb2, talker_pb2, vocoder_pb2
 
 logger = logging.getLogger(__name__)
+
+# Re-exported: senders and receivers name the array tuples and the frame width through this module.
+__all__ = ["CODES_PER_FRAME", "FramesArrays", "MessageType", "PcmArrays", "SCHEMAS", "decode", "encode", "parse_header"]
 
 
 class MessageType(bytes, enum.Enum):
@@ -60,98 +65,6 @@ class MessageType(bytes, enum.Enum):
     HEARTBEAT = b"HEARTBEAT"
 
 
-CODES_PER_FRAME = 16   # codec code groups per frame: FRAMES codes are [rows, CODES_PER_FRAME]
-
-
-@dataclass(frozen=True)
-class ArrayRule:
-    """What one array frame may hold."""
-
-    name: str
-    dtypes: frozenset[np.dtype]
-    ndim: int
-
-
-class FramesArrays(NamedTuple):
-    """FRAMES frames 2..5 (see vocoder.proto FramesChunk)."""
-
-    handles: np.ndarray      # uint32 [num_entries] FramesOpen.handle of each entry's stream
-    seqs: np.ndarray         # uint32 [num_entries] per-request sequence numbers
-    num_frames: np.ndarray   # uint32 [num_entries] rows of each entry in codes
-    codes: np.ndarray        # int16 | int32 [sum(num_frames), 16] the entries' rows back to back
-
-
-class PcmArrays(NamedTuple):
-    """PCM frames 2..10 (see vocoder.proto PcmBatch); one element per chunk except pcm."""
-
-    seqs: np.ndarray             # uint32 per-request chunk sequence numbers
-    sample_offsets: np.ndarray   # uint64 first sample of each chunk in its request's audio
-    num_samples: np.ndarray      # uint32 samples of each chunk in pcm
-    num_frames: np.ndarray       # uint32 codec frames decoded into each chunk
-    queue_ms: np.ndarray         # float32 newest frame received -> decode start, ms
-    decode_ms: np.ndarray        # float32 wall time of the decode, ms
-    batch_sizes: np.ndarray      # uint32 requests decoded together
-    is_graph: np.ndarray         # uint8 1 when the decode replayed a CUDA graph
-    pcm: np.ndarray              # float32 [sum(num_samples)] samples back to back
-
-
-def _rule(name: str, ndim: int, *dtypes: str) -> ArrayRule:
-    return ArrayRule(name, frozenset(np.dtype(d) for d in dtypes), ndim)
-
-
-def _same_length(msg_type: MessageType, arrays: tuple, names: tuple[str, ...]) -> int:
-    lengths = [len(getattr(arrays, name)) for name in names]
-    if len(set(lengths)) > 1:
-        listed = ", ".join(f"{name} {n}" for name, n in zip(names, lengths))
-        raise ValueError(f"{msg_type.name} per-entry arrays disagree in length: {listed}")
-    return lengths[0]
-
-
-def _check_frames(header: Message, arrays: FramesArrays) -> None:
-    _same_length(MessageType.FRAMES, arrays, ("handles", "seqs", "num_frames"))
-    rows, width = arrays.codes.shape
-    if width != CODES_PER_FRAME:
-        raise ValueError(f"FRAMES codes must be [rows, {CODES_PER_FRAME}], got {[rows, width]}")
-    total = int(arrays.num_frames.sum(dtype=np.uint64))
-    if total != rows:
-        raise ValueError(f"FRAMES num_frames add up to {total} rows but codes has {rows}")
-
-
-def _check_pcm(header: Message, arrays: PcmArrays) -> None:
-    num_chunks = _same_length(MessageType.PCM, arrays, PcmArrays._fields[:-1])
-    if len(header.request_ids) != num_chunks:
-        raise ValueError(f"PCM has {len(header.request_ids)} request_ids for {num_chunks} chunks")
-    total = int(arrays.num_samples.sum(dtype=np.uint64))
-    if total != len(arrays.pcm):
-        raise ValueError(f"PCM num_samples add up to {total} samples but pcm has {len(arrays.pcm)}")
-    for final in header.finals:
-        if final.chunk_index >= num_chunks:
-            raise ValueError(f"PCM final chunk_index {final.chunk_index} is out of range for {num_chunks} chunks")
-
-
-@dataclass(frozen=True)
-class ArrayGroup:
-    """The array frames of a multi-array message: their rules in frame order, the named tuple
-    `decode` returns them in, and the checks that they agree with each other and the header."""
-
-    rules: tuple[ArrayRule, ...]
-    tuple_class: type
-    check: Callable[[Message, Any], None]
-
-
-_FRAMES_ARRAYS = ArrayGroup(
-    (_rule("handles", 1, "<u4"), _rule("seqs", 1, "<u4"), _rule("num_frames", 1, "<u4"),
-     _rule("codes", 2, "<i2", "<i4")),
-    FramesArrays, _check_frames)
-_PCM_ARRAYS = ArrayGroup(
-    (_rule("seqs", 1, "<u4"), _rule("sample_offsets", 1, "<u8"), _rule("num_samples", 1, "<u4"),
-     _rule("num_frames", 1, "<u4"), _rule("queue_ms", 1, "<f4"), _rule("decode_ms", 1, "<f4"),
-     _rule("batch_sizes", 1, "<u4"), _rule("is_graph", 1, "<u1"), _rule("pcm", 1, "<f4")),
-    PcmArrays, _check_pcm)
-assert tuple(r.name for r in _FRAMES_ARRAYS.rules) == FramesArrays._fields
-assert tuple(r.name for r in _PCM_ARRAYS.rules) == PcmArrays._fields
-
-
 @dataclass(frozen=True)
 class Schema:
     header_class: type[Message]
@@ -163,12 +76,12 @@ SCHEMAS: dict[MessageType, Schema] = {
     MessageType.START: Schema(talker_pb2.Start),
     MessageType.TEXT: Schema(talker_pb2.Text),
     MessageType.END: Schema(talker_pb2.End),
-    MessageType.ENCODE_VOICE: Schema(talker_pb2.EncodeVoice, array=_rule("audio", 1, "<f4")),  # [num_samples]
+    MessageType.ENCODE_VOICE: Schema(talker_pb2.EncodeVoice, array=array_rule("audio", 1, "<f4")),  # [num_samples]
     MessageType.ABORT: Schema(common_pb2.Abort),
     MessageType.ACK: Schema(talker_pb2.Ack),
     MessageType.VOICE_ENCODED: Schema(talker_pb2.VoiceEncoded),
-    MessageType.FRAMES: Schema(vocoder_pb2.FramesChunk, arrays=_FRAMES_ARRAYS),
-    MessageType.PCM: Schema(vocoder_pb2.PcmBatch, arrays=_PCM_ARRAYS),
+    MessageType.FRAMES: Schema(vocoder_pb2.FramesChunk, arrays=FRAMES_ARRAYS),
+    MessageType.PCM: Schema(vocoder_pb2.PcmBatch, arrays=PCM_ARRAYS),
     MessageType.ERROR: Schema(common_pb2.Error),
     MessageType.HEARTBEAT: Schema(common_pb2.Heartbeat),
 }
