@@ -169,6 +169,27 @@ class Harness:
         return spent
 
 
+def request_id_cost_us(batch: int, reps: int = 300) -> dict | None:
+    """What naming PCM chunks by request id (a repeated string in the protobuf header) costs per
+    chunk: build + serialize on the vocoder, parse + read on the gateway. None on the old format."""
+    try:
+        from protos.tts.internal.v1.vocoder_pb2 import PcmBatch
+    except ImportError:
+        return None
+    ids = [f"req-{i:04d}-{'x' * 24}" for i in range(batch)]
+    build, parse = [], []
+    for _ in range(reps):
+        started = time.perf_counter()
+        raw = PcmBatch(sample_rate_hz=24000, request_ids=ids).SerializeToString()
+        built = time.perf_counter()
+        names = list(PcmBatch.FromString(raw).request_ids)
+        parse.append(time.perf_counter() - built)
+        build.append(built - started)
+    assert names == ids
+    return {"build_us_per_chunk": statistics.median(build) * 1e6 / batch,
+            "parse_us_per_chunk": statistics.median(parse) * 1e6 / batch}
+
+
 def stats_ms(samples: list[float]) -> dict:
     ms = sorted(s * 1e3 for s in samples)
     return {"median_ms": statistics.median(ms), "p90_ms": ms[int(0.9 * (len(ms) - 1))], "n": len(ms)}
@@ -194,7 +215,8 @@ def run(batch: int, chunk_frames: int, steps: int, warmup: int) -> dict:
                 times["gateway_pcm_receive"].append(receive_s)
     finally:
         h.close()
-    return {"batch": batch, "chunk_frames": chunk_frames, "stages": {k: stats_ms(v) for k, v in times.items()}}
+    return {"batch": batch, "chunk_frames": chunk_frames, "stages": {k: stats_ms(v) for k, v in times.items()},
+            "pcm_request_ids": request_id_cost_us(batch)}
 
 
 def main(argv=None) -> int:
