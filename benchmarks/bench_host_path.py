@@ -78,6 +78,38 @@ class StubTalkerEngine:
         pass
 
 
+class SendClock:
+    """Wall time spent inside ZeroMQ sends, to tell a stage's own work from the socket call (on a
+    loaded 2-core box the socket call also waits for ZeroMQ's I/O threads moving megabytes of PCM)."""
+
+    def __init__(self) -> None:
+        self.spent_s = 0.0
+
+    def wrap(self, send):
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return send(*args, **kwargs)
+            finally:
+                self.spent_s += time.perf_counter() - started
+        return timed
+
+    def take(self) -> float:
+        spent, self.spent_s = self.spent_s, 0.0
+        return spent
+
+
+class TimedSocket:
+    """A socket whose send_multipart is timed by a SendClock; everything else passes through."""
+
+    def __init__(self, socket: zmq.Socket, clock: SendClock) -> None:
+        self._socket = socket
+        self.send_multipart = clock.wrap(socket.send_multipart)
+
+    def __getattr__(self, name):
+        return getattr(self._socket, name)
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -112,7 +144,9 @@ class Harness:
         dealer = self.context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.SNDHWM, 100000)
         dealer.connect(self.server.endpoint)
-        self.link = VocoderLink(self.server.endpoint, dealer, peer_id="vocoder")
+        self.talker_sends, self.pcm_sends = SendClock(), SendClock()
+        self.link = VocoderLink(self.server.endpoint, TimedSocket(dealer, self.talker_sends), peer_id="vocoder")
+        self.server.outbox.pushes.send = self.pcm_sends.wrap(self.server.outbox.pushes.send)
         self.routes = RouteTable(StubTalkerEngine(), TalkerOutbox(None, "talker-bench"), GatewayPeers(60.0))
         self.emitter = Emitter(self.routes, TalkerOutbox(None, "talker-bench"))
         self.ids = [f"req-{i:04d}-{'x' * 24}" for i in range(batch)]   # uuid-like length
@@ -127,12 +161,14 @@ class Harness:
         self.gateway.close(linger=0)
         self.context.term()
 
-    def talker_step(self) -> float:
+    def talker_step(self) -> tuple[float, float]:
+        """(emit wall time, of which inside the socket send)."""
         outs = [FramesOut(rid, self.seq, self.codes[i], self.seq) for i, rid in enumerate(self.ids)]
         self.seq += 1
+        self.talker_sends.take()
         started = time.perf_counter()
         self.emitter.emit(outs)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, self.talker_sends.take()
 
     def vocoder_intake(self) -> float:
         router = self.server.recv_from_talkers
@@ -143,11 +179,13 @@ class Harness:
         self.server.dispatch(frames[0].bytes, frames[1:])
         return time.perf_counter() - started
 
-    def vocoder_pcm(self) -> tuple[float, int]:
+    def vocoder_pcm(self) -> tuple[float, float, int]:
+        """(PCM send wall time, of which inside socket sends, chunks sent)."""
         outs = self.server.engine.step()   # stub decode, not timed
+        self.pcm_sends.take()
         started = time.perf_counter()
         self.server.emit(outs)
-        return time.perf_counter() - started, len(outs)
+        return time.perf_counter() - started, self.pcm_sends.take(), len(outs)
 
     def gateway_receive(self, num_chunks: int) -> float:
         """Work time to read, decode and split the step's PCM (waits for arrival are not counted)."""
@@ -197,21 +235,24 @@ def stats_ms(samples: list[float]) -> dict:
 
 def run(batch: int, chunk_frames: int, steps: int, warmup: int) -> dict:
     h = Harness(batch, chunk_frames)
-    times = {"talker_emit": [], "vocoder_intake": [], "vocoder_pcm_send": [], "gateway_pcm_receive": []}
+    times = {"talker_emit": [], "talker_emit_in_socket": [], "vocoder_intake": [], "vocoder_pcm_send": [],
+             "vocoder_pcm_send_in_socket": [], "gateway_pcm_receive": []}
     try:
         for index in range(warmup + steps):
             for _ in range(chunk_frames):   # one vocoder decode step per `chunk_frames` talker steps
-                emit_s = h.talker_step()
+                emit_s, emit_socket_s = h.talker_step()
                 intake_s = h.vocoder_intake()
                 if index >= warmup:
                     times["talker_emit"].append(emit_s)
+                    times["talker_emit_in_socket"].append(emit_socket_s)
                     times["vocoder_intake"].append(intake_s)
-            send_s, num_chunks = h.vocoder_pcm()
+            send_s, send_socket_s, num_chunks = h.vocoder_pcm()
             if num_chunks != batch:
                 raise RuntimeError(f"decode step emitted {num_chunks} chunks, expected {batch}")
             receive_s = h.gateway_receive(num_chunks)
             if index >= warmup:
                 times["vocoder_pcm_send"].append(send_s)
+                times["vocoder_pcm_send_in_socket"].append(send_socket_s)
                 times["gateway_pcm_receive"].append(receive_s)
     finally:
         h.close()
@@ -238,14 +279,16 @@ def main(argv=None) -> int:
                                                       "warmup": args.warmup, "transport": "tcp loopback",
                                                       "frames_per_talker_step": 1},
               "runs": []}
-    print(f"{'batch':>5} | {'talker emit':>11} | {'vocoder intake':>14} | {'PCM send':>9} | {'gateway recv':>12}"
-          "  (median ms per step; PCM per decode step)")
+    print(f"{'batch':>5} | {'talker emit (socket)':>20} | {'vocoder intake':>14} | {'PCM send (socket)':>17} | "
+          f"{'gateway recv':>12}  (median ms per step; PCM per decode step)")
     for batch in (int(b) for b in args.batches.split(",")):
         r = run(batch, args.chunk_frames, args.steps, args.warmup)
         result["runs"].append(r)
         s = r["stages"]
-        print(f"{batch:>5} | {s['talker_emit']['median_ms']:>11.3f} | {s['vocoder_intake']['median_ms']:>14.3f} | "
-              f"{s['vocoder_pcm_send']['median_ms']:>9.3f} | {s['gateway_pcm_receive']['median_ms']:>12.3f}", flush=True)
+        emit = f"{s['talker_emit']['median_ms']:.3f} ({s['talker_emit_in_socket']['median_ms']:.3f})"
+        pcm = f"{s['vocoder_pcm_send']['median_ms']:.3f} ({s['vocoder_pcm_send_in_socket']['median_ms']:.3f})"
+        print(f"{batch:>5} | {emit:>20} | {s['vocoder_intake']['median_ms']:>14.3f} | {pcm:>17} | "
+              f"{s['gateway_pcm_receive']['median_ms']:>12.3f}", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

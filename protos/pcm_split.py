@@ -55,16 +55,14 @@ def split_pcm(header: vocoder_pb2.PcmBatch, arrays: wire.PcmArrays) -> list[PcmP
         if final.chunk_index in finals:
             raise ValueError(f"PCM ends chunk {final.chunk_index} ({request_ids[final.chunk_index]!r}) twice")
         finals[final.chunk_index] = final.generation
-    ends = np.cumsum(arrays.num_samples, dtype=np.uint64).tolist()
-    columns = zip(request_ids, arrays.seqs.tolist(), arrays.sample_offsets.tolist(), arrays.num_samples.tolist(),
-                  arrays.num_frames.tolist(), arrays.queue_ms.tolist(), arrays.decode_ms.tolist(),
-                  arrays.batch_sizes.tolist(), arrays.is_graph.tolist(), ends)
-    parts = []
-    for index, (rid, seq, offset, num_samples, num_frames, queue_ms, decode_ms, batch_size, is_graph, end) \
-            in enumerate(columns):
+    rows = arrays.chunks.tolist()   # wire.PCM_CHUNK_COLUMNS per chunk
+    parts, end = [], 0
+    for index, (rid, (seq, offset, num_samples, num_frames, queue_us, decode_us, batch_size, is_graph)) \
+            in enumerate(zip(request_ids, rows)):
         generation = finals.get(index)
+        end += num_samples
         parts.append(PcmPart(rid, seq, offset, num_samples, num_frames, header.sample_rate_hz, generation is not None,
-                             ChunkTimes(queue_ms, decode_ms, batch_size, bool(is_graph)),
+                             ChunkTimes(queue_us / 1e3, decode_us / 1e3, batch_size, bool(is_graph)),
                              _NO_SUMMARY if generation is None else generation,
                              arrays.pcm[end - num_samples:end]))
     return parts

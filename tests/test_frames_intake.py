@@ -26,7 +26,8 @@ TALKER = b"talker-A"
 OTHER = b"talker-B"
 GATEWAY = "tcp://127.0.0.1:9"
 DTYPES = {np.dtype("<u4"): common_pb2.DTYPE_UINT32, np.dtype("<i2"): common_pb2.DTYPE_INT16,
-          np.dtype("<i4"): common_pb2.DTYPE_INT32, np.dtype("<f4"): common_pb2.DTYPE_FLOAT32}
+          np.dtype("<i4"): common_pb2.DTYPE_INT32, np.dtype("<f4"): common_pb2.DTYPE_FLOAT32,
+          np.dtype("<u8"): common_pb2.DTYPE_UINT64}
 
 
 class StubRunner:
@@ -89,8 +90,8 @@ def message(opens=(), closes=(), entries=(), talker_id="t") -> list:
         header.closes.add(handle=handle, summary=vocoder_pb2.GenerationSummary(num_frames=handle))
     rows = [np.asarray(c, np.int16).reshape(-1, 16) for _, _, c in entries]
     return wire.encode(wire.MessageType.FRAMES, header, wire.FramesArrays(
-        np.array([e[0] for e in entries], np.uint32), np.array([e[1] for e in entries], np.uint32),
-        np.array([len(r) for r in rows], np.uint32), np.concatenate(rows) if rows else np.zeros((0, 16), np.int16)))
+        wire.frames_entries([e[0] for e in entries], [e[1] for e in entries], [len(r) for r in rows]),
+        np.concatenate(rows) if rows else np.zeros((0, 16), np.int16)))
 
 
 def raw_message(header: vocoder_pb2.FramesChunk, arrays: list[np.ndarray]) -> list:
@@ -139,20 +140,28 @@ def good_header() -> vocoder_pb2.FramesChunk:
     return vocoder_pb2.FramesChunk(talker_id="t")
 
 
-# Malformed array layouts: wire.decode refuses them; the victim, named by the handles frame, fails.
+def entries(*rows) -> np.ndarray:
+    return np.array(rows, np.uint32).reshape(-1, 3)   # [E, 3]: handle, seq, num_frames
+
+
+# Malformed array layouts: wire.decode refuses them; the victim, named by the entries frame, fails.
 STRUCTURAL = {
-    "handles not uint32": ([np.array([2], np.float32), np.array([1], np.uint32), np.array([1], np.uint32), codes(1)],
-                           "array 'handles' has dtype float32; expected one of: uint32"),   # names nobody
-    "codes float32": ([np.array([2], np.uint32)] * 3 + [np.zeros((1, 16), np.float32)],
+    "entries not uint32": ([entries((2, 1, 1)).astype(np.float32), codes(1)],
+                           "array 'entries' has dtype float32; expected one of: uint32"),   # names nobody
+    "entries 64-bit": ([entries((2, 1, 1)).astype(np.uint64), codes(1)],   # read as uint32 it would name 2
+                       "array 'entries' has dtype uint64; expected one of: uint32"),
+    "entries two columns": ([np.array([[2, 1]], np.uint32), codes(1)],
+                            "entries must be [rows, 3] (handle, seq, num_frames), got [1, 2]"),
+    "entries one-dimensional": ([np.array([2, 1, 1], np.uint32), codes(1)],
+                                "array 'entries' has shape (3,); expected 2 dimensions"),
+    "codes float32": ([entries((2, 1, 1)), np.zeros((1, 16), np.float32)],
                       "array 'codes' has dtype float32; expected one of: int16, int32"),
-    "codes one-dimensional": ([np.array([2], np.uint32)] * 2 + [np.array([1], np.uint32), np.zeros(16, np.int16)],
+    "codes one-dimensional": ([entries((2, 1, 1)), np.zeros(16, np.int16)],
                               "array 'codes' has shape (16,); expected 2 dimensions"),
-    "codes 8 wide": ([np.array([2], np.uint32), np.array([1], np.uint32), np.array([1], np.uint32),
-                      np.zeros((1, 8), np.int16)], "codes must be [rows, 16], got [1, 8]"),
-    "lengths disagree": ([np.array([2, 2], np.uint32), np.array([1], np.uint32), np.array([1, 0], np.uint32), codes(1)],
-                         "per-entry arrays disagree in length: handles 2, seqs 1, num_frames 2"),
-    "counts do not add up": ([np.array([2], np.uint32), np.array([1], np.uint32), np.array([3], np.uint32), codes(1, 2)],
-                             "num_frames add up to 3 rows but codes has 2"),
+    "codes 8 wide": ([entries((2, 1, 1)), np.zeros((1, 8), np.int16)], "codes must be [rows, 16], got [1, 8]"),
+    "counts do not add up": ([entries((2, 1, 3)), codes(1, 2)], "num_frames add up to 3 rows but codes has 2"),
+    "counts beyond uint32 sums": ([entries((2, 1, 2**32 - 1), (2, 2, 2)), codes(1)],
+                                  "num_frames add up to 4294967297 rows but codes has 1"),
 }
 
 
@@ -163,8 +172,8 @@ def test_malformed_arrays_fail_the_named_request_only(vocoder, case):
     arrays, problem = STRUCTURAL[case]
     server.dispatch(TALKER, raw_message(good_header(), arrays))
     (error,) = sent.talker_errors()
-    # The handles frame names the victim, unless it is not uint32 (then its bytes name nobody).
-    named = "" if case == "handles not uint32" else "victim"
+    # The entries frame names the victim, unless it is not the uint32 rows of 3 its spec must say.
+    named = "" if case.startswith("entries") else "victim"
     assert error[:3] == (TALKER, named, "INVALID_ARGUMENT") and problem in error[3], error
     assert "malformed message" in error[3]
     if named:
@@ -179,15 +188,15 @@ def test_frames_whose_sizes_do_not_match_their_specs_are_refused(vocoder):
     server, sent = vocoder
     open_steady_and_victim(server)
     body = message(entries=[(2, 1, codes(21, 2))])
-    server.dispatch(TALKER, [*body[:5], bytes(body[5])[:-2]])                  # codes frame 2 bytes short
-    server.dispatch(TALKER, body[:5])                                          # codes frame missing
+    server.dispatch(TALKER, [*body[:3], bytes(body[3])[:-2]])                  # codes frame 2 bytes short
+    server.dispatch(TALKER, body[:3])                                          # codes frame missing
     header = vocoder_pb2.FramesChunk.FromString(bytes(body[1]))
-    del header.arrays[3]
-    server.dispatch(TALKER, [body[0], header.SerializeToString(), *body[2:]])  # 3 specs for 4 frames
+    del header.arrays[1]
+    server.dispatch(TALKER, [body[0], header.SerializeToString(), *body[2:]])  # 1 spec for 2 frames
     messages = [e[3] for e in sent.talker_errors()]
     assert "array 'codes' frame has 62 bytes; header says int16[2, 16] = 64 bytes" in messages[0]
-    assert "FRAMES expects 6 frames (type, header, 4 arrays), got 5" in messages[1]
-    assert "header describes 3 arrays; expected 4 (handles, seqs, num_frames, codes)" in messages[2]
+    assert "FRAMES expects 4 frames (type, header, 2 arrays), got 3" in messages[1]
+    assert "header describes 1 arrays; expected 2 (entries, codes)" in messages[2]
     assert [e[1] for e in sent.talker_errors()] == ["victim", "", ""]   # once failed, its handle names nobody
     finish_steady(server, sent, seq=1)
 
@@ -195,7 +204,7 @@ def test_frames_whose_sizes_do_not_match_their_specs_are_refused(vocoder):
 def test_an_undecodable_header_gets_a_bare_error(vocoder):
     server, sent = vocoder
     open_steady_and_victim(server)
-    server.dispatch(TALKER, [b"FRAMES", b"\xff\xff\xff", b"", b"", b"", b""])
+    server.dispatch(TALKER, [b"FRAMES", b"\xff\xff\xff", b"", b""])
     assert [(e[1], e[2]) for e in sent.talker_errors()] == [("", "INVALID_ARGUMENT")]
     assert "malformed FRAMES header" in sent.to_talker[0][3]
     assert "victim" in server.engine.streams   # nothing could be traced to it

@@ -107,9 +107,10 @@ class FakeTalker:
         if is_final:
             header.finals.add(chunk_index=0, generation=vocoder_pb2.GenerationSummary(
                 finish_reason=1, num_frames=len(req.tokens), num_text_tokens=len(req.tokens), queue_ms=1.0))
-        one = lambda value, dtype: np.array([value], dtype)   # noqa: E731
-        arrays = wire.PcmArrays(one(req.num_pcm, "<u4"), one(req.num_samples, "<u8"), one(pcm.size, "<u4"),
-                                one(len(ids), "<u4"), one(0.5, "<f4"), one(1.0, "<f4"), one(1, "<u4"), one(0, "<u1"), pcm)
+        # one row of wire.PCM_CHUNK_COLUMNS: seq, sample_offset, num_samples, num_frames, queue_us, decode_us,
+        # batch_size, is_graph
+        chunks = np.array([[req.num_pcm, req.num_samples, pcm.size, len(ids), 500, 1000, 1, 0]], np.uint64)
+        arrays = wire.PcmArrays(chunks, pcm)
         req.num_pcm += 1
         req.num_samples += pcm.size
         self._push(req, header, arrays)

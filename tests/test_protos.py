@@ -233,13 +233,10 @@ def _sample(msg_type: MT):
             opens=[vocoder_pb2.FramesOpen(handle=1, request_id="a", reply_to="tcp://127.0.0.1:5557",
                                           num_context_frames=2)],
             closes=[vocoder_pb2.FramesClose(handle=7, summary=vocoder_pb2.GenerationSummary(num_frames=40))]),
-            wire.FramesArrays(np.array([1, 7], np.uint32), np.array([0, 5], np.uint32), np.array([3, 1], np.uint32),
-                              np.arange(64, dtype=np.int16).reshape(4, 16))),
+            wire.FramesArrays(wire.frames_entries([1, 7], [0, 5], [3, 1]), np.arange(64, dtype=np.int16).reshape(4, 16))),
         MT.PCM: (vocoder_pb2.PcmBatch(sample_rate_hz=24000, request_ids=["a", "b"], finals=[
             vocoder_pb2.PcmFinal(chunk_index=1, generation=vocoder_pb2.GenerationSummary(num_frames=3))]),
-            wire.PcmArrays(np.array([0, 2], np.uint32), np.array([0, 3840], np.uint64), np.array([1920, 0], np.uint32),
-                           np.array([1, 0], np.uint32), np.array([0.5, 0], np.float32), np.array([2.5, 0], np.float32),
-                           np.array([2, 0], np.uint32), np.array([1, 0], np.uint8),
+            wire.PcmArrays(np.array([[0, 0, 1920, 1, 500, 2500, 2, 1], [2, 3840, 0, 0, 0, 0, 0, 0]], np.uint64),
                            np.sin(np.arange(1920, dtype=np.float32)))),
         MT.ERROR: (common_pb2.Error(request_id="r1", code=common_pb2.STATUS_CODE_RESOURCE_EXHAUSTED,
                                     message="no free slot"), None),
@@ -277,20 +274,19 @@ def test_every_message_type_round_trips(msg_type):
 
 
 def _one_entry(codes: np.ndarray) -> wire.FramesArrays:
-    return wire.FramesArrays(np.array([1], np.uint32), np.array([0], np.uint32),
-                             np.array([len(codes)], np.uint32), codes)
+    return wire.FramesArrays(wire.frames_entries([1], [0], [len(codes)]), codes)
 
 
 def test_arrays_travel_zero_copy_and_in_any_layout():
     header = vocoder_pb2.FramesChunk(talker_id="t")
     codes = np.arange(48, dtype=np.int32).reshape(3, 16)
     frames = wire.encode(MT.FRAMES, header, _one_entry(codes))
-    assert np.shares_memory(np.frombuffer(frames[5], dtype=np.int32), codes)  # no copy on send
+    assert np.shares_memory(np.frombuffer(frames[3], dtype=np.int32), codes)  # no copy on send
     big_endian = codes.astype(">i4")
     transposed = np.ascontiguousarray(codes.T).T  # Fortran order
     for layout in (big_endian, transposed):
         np.testing.assert_array_equal(wire.decode(wire.encode(MT.FRAMES, header, _one_entry(layout)))[2].codes, codes)
-    no_entries = wire.FramesArrays(*(np.zeros(0, np.uint32),) * 3, np.zeros((0, 16), np.int16))
+    no_entries = wire.FramesArrays(np.zeros((0, 3), np.uint32), np.zeros((0, 16), np.int16))
     empty = wire.decode(wire.encode(MT.FRAMES, header, no_entries))[2]
     assert empty.codes.shape == (0, 16) and empty.handles.shape == (0,)
     voice = talker_pb2.EncodeVoice(request_id="v")
@@ -319,11 +315,11 @@ def test_round_trip_over_a_real_socket():
 @pytest.mark.parametrize("frames, match", [
     ([b"START"], "expected 2 or 3 frames"),
     ([b"START", b"", b"", b""], "expected 2 or 3 frames"),
-    ([b"PCM", b"", b"", b""], "PCM expects 11 frames \\(type, header, 9 arrays\\), got 4"),
+    ([b"PCM", b"", b""], "PCM expects 4 frames \\(type, header, 2 arrays\\), got 3"),
     ([b"NOPE", b""], "unknown message type b'NOPE'"),
     ([b"START", b"\xff\xff\xff"], "malformed START header"),
     ([b"TEXT", b"", b"\x00\x00"], "TEXT carries no array"),
-    ([b"FRAMES", b""], "FRAMES expects 6 frames"),
+    ([b"FRAMES", b""], "FRAMES expects 4 frames"),
     ([b"ENCODE_VOICE", b""], "ENCODE_VOICE requires an array frame"),
     ([b"ENCODE_VOICE", b"", b"\x00" * 4], "header.array is unset"),
     ([b"START", 12345], "frame 1 is a int, not a buffer"),
@@ -360,7 +356,7 @@ def test_encode_rejects_misuse():
         wire.encode(MT.TEXT, talker_pb2.Start())
     with pytest.raises(ValueError, match="TEXT carries no array"):
         wire.encode(MT.TEXT, text, np.zeros(3, np.float32))
-    with pytest.raises(TypeError, match="FRAMES needs its 4 arrays as a FramesArrays"):
+    with pytest.raises(TypeError, match="FRAMES needs its 2 arrays as a FramesArrays"):
         wire.encode(MT.FRAMES, vocoder_pb2.FramesChunk())
     with pytest.raises(ValueError, match="ENCODE_VOICE requires an array"):
         wire.encode(MT.ENCODE_VOICE, talker_pb2.EncodeVoice())

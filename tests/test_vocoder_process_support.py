@@ -80,9 +80,8 @@ def frames_message(talker_id: str, entries: list[tuple[Entry, np.ndarray]], hand
         block = np.asarray(codes, dtype=np.int16).reshape(-1, 16)
         columns.append((handle, e.seq, len(block)))
         rows.append(block)
-    handle_col, seq_col, count_col = zip(*columns) if columns else ((), (), ())
-    return chunk, wire.FramesArrays(np.array(handle_col, "<u4"), np.array(seq_col, "<u4"), np.array(count_col, "<u4"),
-                                    np.concatenate(rows) if rows else np.zeros((0, 16), np.int16))
+    entries = np.array(columns, "<u4").reshape(-1, 3)   # [E, 3]: handle, seq, num_frames
+    return chunk, wire.FramesArrays(entries, np.concatenate(rows) if rows else np.zeros((0, 16), np.int16))
 
 
 @dataclass

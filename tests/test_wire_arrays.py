@@ -26,13 +26,12 @@ def pcm_batch(chunks: list[tuple[str, int, int]], finals: dict[int, int] | None 
     for index, num_frames in (finals or {}).items():
         header.finals.add(chunk_index=index, generation=vocoder_pb2.GenerationSummary(num_frames=num_frames))
     n = len(chunks)
-    num_samples = np.array([c[2] for c in chunks], np.uint32)
     pcm = np.concatenate([i + np.arange(c[2], dtype=np.float32) / 1000 for i, c in enumerate(chunks)]) if n \
         else np.zeros(0, np.float32)
-    arrays = wire.PcmArrays(np.array([c[1] for c in chunks], np.uint32), np.arange(n, dtype=np.uint64) * 100,
-                            num_samples, num_samples // 8, np.full(n, 0.5, np.float32), np.full(n, 2.0, np.float32),
-                            np.full(n, n, np.uint32), np.ones(n, np.uint8), pcm)
-    return header, arrays
+    # wire.PCM_CHUNK_COLUMNS: seq, sample_offset, num_samples, num_frames, queue_us, decode_us, batch_size, is_graph
+    table = np.array([(seq, 100 * i, num, num // 8, 500, 2000, n, 1) for i, (_, seq, num) in enumerate(chunks)],
+                     np.uint64).reshape(-1, 8)
+    return header, wire.PcmArrays(table, pcm)
 
 
 def raw(msg_type: MT, header, arrays: list[np.ndarray]) -> list:
@@ -48,33 +47,35 @@ def raw(msg_type: MT, header, arrays: list[np.ndarray]) -> list:
 def test_frames_arrays_round_trip_as_views_on_the_received_frames():
     header = vocoder_pb2.FramesChunk(talker_id="t", opens=[vocoder_pb2.FramesOpen(handle=3, request_id="a")])
     codes = np.arange(5 * 16, dtype=np.int16).reshape(5, 16)
-    arrays = wire.FramesArrays(np.array([3, 9], np.uint32), np.array([0, 12], np.uint32), np.array([2, 3], np.uint32),
-                               codes)
+    arrays = wire.FramesArrays(wire.frames_entries([3, 9], [0, 12], [2, 3]), codes)
+    assert arrays.entries.tolist() == [[3, 0, 2], [9, 12, 3]]
     frames = wire.encode(MT.FRAMES, header, arrays)
-    assert len(frames) == 6 and np.shares_memory(np.frombuffer(frames[5], np.int16), codes)   # no copy on send
+    assert len(frames) == 4 and np.shares_memory(np.frombuffer(frames[3], np.int16), codes)   # no copy on send
     received = [bytes(f) for f in frames]
     msg_type, got_header, got = wire.decode(received)
-    assert msg_type is MT.FRAMES and got_header.opens[0].request_id == "a" and len(got_header.arrays) == 4
+    assert msg_type is MT.FRAMES and got_header.opens[0].request_id == "a" and len(got_header.arrays) == 2
     assert isinstance(got, wire.FramesArrays)
-    for name in wire.FramesArrays._fields:
+    for name in ("entries", "codes", "handles", "seqs", "num_frames"):
         np.testing.assert_array_equal(getattr(got, name), getattr(arrays, name))
         assert not getattr(got, name).flags.writeable
-    assert np.shares_memory(got.codes, np.frombuffer(received[5], np.uint8))   # no copy on receipt
+    assert got.handles.tolist() == [3, 9] and got.seqs.tolist() == [0, 12] and got.num_frames.tolist() == [2, 3]
+    assert np.shares_memory(got.codes, np.frombuffer(received[3], np.uint8))   # no copy on receipt
+
+
+def table(*rows) -> np.ndarray:
+    return np.array(rows, np.uint32).reshape(-1, 3)
 
 
 @pytest.mark.parametrize("arrays, problem", [
-    ([np.zeros(1, np.int64), np.zeros(1, np.uint32), np.ones(1, np.uint32), np.zeros((1, 16), np.int16)],
-     "FRAMES array 'handles' has dtype int64; expected one of: uint32"),
-    ([np.zeros(1, np.uint32), np.zeros((1, 1), np.uint32), np.ones(1, np.uint32), np.zeros((1, 16), np.int16)],
-     "FRAMES array 'seqs' has shape (1, 1); expected 1 dimensions"),
-    ([np.zeros(2, np.uint32), np.zeros(2, np.uint32), np.ones(1, np.uint32), np.zeros((1, 16), np.int16)],
-     "per-entry arrays disagree in length: handles 2, seqs 2, num_frames 1"),
-    ([np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.full(1, 2, np.uint32), np.zeros((1, 16), np.int16)],
-     "num_frames add up to 2 rows but codes has 1"),
-    ([np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.full(1, 2**31, np.uint32), np.zeros((1, 16), np.int16)],
-     "num_frames add up to 2147483648 rows"),
-    ([np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.ones(1, np.uint32), np.zeros((1, 17), np.int16)],
-     "codes must be [rows, 16], got [1, 17]"),
+    ([table((1, 0, 1)).astype(np.int64), np.zeros((1, 16), np.int16)],
+     "FRAMES array 'entries' has dtype int64; expected one of: uint32"),
+    ([np.zeros(3, np.uint32), np.zeros((1, 16), np.int16)], "FRAMES array 'entries' has shape (3,); expected 2 dimensions"),
+    ([np.zeros((1, 4), np.uint32), np.zeros((1, 16), np.int16)],
+     "FRAMES entries must be [rows, 3] (handle, seq, num_frames), got [1, 4]"),
+    ([table((1, 0, 2)), np.zeros((1, 16), np.int16)], "num_frames add up to 2 rows but codes has 1"),
+    ([table((1, 0, 2**31), (2, 0, 2**31)), np.zeros((1, 16), np.int16)], "num_frames add up to 4294967296 rows"),
+    ([table((1, 0, 1)), np.zeros((1, 17), np.int16)], "codes must be [rows, 16], got [1, 17]"),
+    ([table((1, 0, 1)), np.zeros((1, 16), np.float32)], "FRAMES array 'codes' has dtype float32; expected one of: int16, int32"),
 ])
 def test_decode_refuses_frames_arrays_that_disagree(arrays, problem):
     with pytest.raises(ValueError) as info:
@@ -84,14 +85,13 @@ def test_decode_refuses_frames_arrays_that_disagree(arrays, problem):
 
 def test_encode_checks_the_arrays_like_decode_does():
     header = vocoder_pb2.FramesChunk()
-    good = wire.FramesArrays(np.zeros(1, np.uint32), np.zeros(1, np.uint32), np.ones(1, np.uint32),
-                             np.zeros((1, 16), np.int16))
+    good = wire.FramesArrays(table((1, 0, 1)), np.zeros((1, 16), np.int16))
     with pytest.raises(ValueError, match="num_frames add up to 2 rows but codes has 1"):
-        wire.encode(MT.FRAMES, header, good._replace(num_frames=np.full(1, 2, np.uint32)))
-    with pytest.raises(ValueError, match="'handles' has dtype int64"):
-        wire.encode(MT.FRAMES, header, good._replace(handles=np.zeros(1, np.int64)))
-    with pytest.raises(TypeError, match="FRAMES needs its 4 arrays as a FramesArrays"):
-        wire.encode(MT.FRAMES, header, good[:3])
+        wire.encode(MT.FRAMES, header, good._replace(entries=table((1, 0, 2))))
+    with pytest.raises(ValueError, match="'entries' has dtype int64"):
+        wire.encode(MT.FRAMES, header, good._replace(entries=table((1, 0, 1)).astype(np.int64)))
+    with pytest.raises(TypeError, match="FRAMES needs its 2 arrays as a FramesArrays"):
+        wire.encode(MT.FRAMES, header, good[:1])
     with pytest.raises(TypeError, match="FRAMES array 'codes' must be a numpy.ndarray, got list"):
         wire.encode(MT.FRAMES, header, good._replace(codes=[[0] * 16]))
     preset = vocoder_pb2.FramesChunk(arrays=[common_pb2.ArraySpec(dtype=common_pb2.DTYPE_UINT32, shape=[1])])
@@ -105,14 +105,17 @@ def test_encode_checks_the_arrays_like_decode_does():
 def test_pcm_arrays_disagreeing_with_the_header_are_refused():
     header, arrays = pcm_batch([("a", 0, 16), ("b", 4, 8)], finals={1: 3})
     assert len(wire.decode(wire.encode(MT.PCM, header, arrays))[2].pcm) == 24
+    wrapped = arrays.chunks.copy()
+    wrapped[:, 2] = [2**64 - 1, 25]   # adds up to 24 modulo 2**64
     cases = {
         "PCM has 1 request_ids for 2 chunks": (vocoder_pb2.PcmBatch(request_ids=["a"]), list(arrays)),
-        "PCM num_samples add up to 24 samples but pcm has 23": (header, [*arrays[:-1], arrays.pcm[:-1]]),
-        "PCM per-entry arrays disagree in length": (header, [arrays.seqs[:1], *arrays[1:]]),
+        "PCM num_samples add up to 24 samples but pcm has 23": (header, [arrays.chunks, arrays.pcm[:-1]]),
+        "PCM num_samples add up to 24 samples but pcm has 24": (header, [wrapped, arrays.pcm]),
+        "PCM chunks must be [rows, 8]": (header, [arrays.chunks[:, :7].copy(), arrays.pcm]),
         "PCM final chunk_index 2 is out of range for 2 chunks": (
             vocoder_pb2.PcmBatch(request_ids=["a", "b"], finals=[vocoder_pb2.PcmFinal(chunk_index=2)]), list(arrays)),
-        "PCM array 'pcm' has dtype int64": (header, [*arrays[:-1], np.zeros(24, np.int64)]),
-        "PCM array 'is_graph' has dtype uint32": (header, [*arrays[:7], np.ones(2, np.uint32), arrays.pcm]),
+        "PCM array 'pcm' has dtype int64": (header, [arrays.chunks, np.zeros(24, np.int64)]),
+        "PCM array 'chunks' has dtype uint32": (header, [arrays.chunks.astype(np.uint32), arrays.pcm]),
     }
     for problem, (bad_header, bad_arrays) in cases.items():
         with pytest.raises(ValueError) as info:
@@ -130,7 +133,8 @@ def test_split_gives_each_request_its_samples_and_numbers_without_copies():
         ("a", 0, 16, False), ("b", 4, 8, True), ("c", 1, 0, True)]
     assert [p.sample_offset for p in parts] == [0, 100, 200] and {p.sample_rate_hz for p in parts} == {24000}
     assert [p.generation.num_frames for p in parts] == [0, 3, 7] and parts[0].num_frames == 2
-    assert parts[1].timings.batch_size == 3 and parts[1].timings.decode_ms == 2.0 and parts[1].timings.is_graph
+    assert parts[1].timings.batch_size == 3 and parts[1].timings.is_graph
+    assert (parts[1].timings.queue_ms, parts[1].timings.decode_ms) == (0.5, 2.0)   # sent as whole microseconds
     np.testing.assert_array_equal(parts[0].pcm, np.arange(16, dtype=np.float32) / 1000)
     np.testing.assert_array_equal(parts[1].pcm, 1 + np.arange(8, dtype=np.float32) / 1000)
     assert parts[2].pcm.shape == (0,)
@@ -168,9 +172,9 @@ def test_gateway_delivers_each_chunk_and_fails_only_the_requests_of_a_malformed_
             assert got_b[0].header.is_final and got_b[0].header.generation.num_frames == 2
             # Malformed: the header still names "a" and "b"; their audio is lost, so they fail; "c" is untouched.
             bad_header, bad_arrays = pcm_batch([("a", 1, 16), ("b", 1, 8)])
-            backend.audio.on_message(raw(MT.PCM, bad_header, [*bad_arrays[:-1], bad_arrays.pcm[:-3]]))
+            backend.audio.on_message(raw(MT.PCM, bad_header, [bad_arrays.chunks, bad_arrays.pcm[:-3]]))
             # Undecodable even as a header: counted and logged, nobody to fail.
-            backend.audio.on_message([b"PCM", b"\xff\xff", *([b""] * 9)])
+            backend.audio.on_message([b"PCM", b"\xff\xff", b"", b""])
             assert backend.audio.num_malformed_messages == 2
             for rid in ("a", "b"):
                 (event,) = drain(boxes[rid])

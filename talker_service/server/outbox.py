@@ -63,8 +63,7 @@ class Outbox:
         # every code is < 3072, so int16 halves the bytes on the wire; one pass from the int64 rows
         codes = (np.concatenate(batch.codes, dtype=np.int16, casting="unsafe") if batch.codes
                  else np.zeros((0, wire.CODES_PER_FRAME), np.int16))   # [total, 16]
-        arrays = wire.FramesArrays(np.array(batch.handles, "<u4"), np.array(batch.seqs, "<u4"),
-                                   np.array(batch.num_frames, "<u4"), codes)
+        arrays = wire.FramesArrays(wire.frames_entries(batch.handles, batch.seqs, batch.num_frames), codes)
         link.socket.send_multipart(wire.encode(wire.MessageType.FRAMES, chunk, arrays), flags=zmq.NOBLOCK, copy=False)
 
     def abort_to_vocoder(self, link: VocoderLink, request_id: str, reason: str, message: str) -> None:

@@ -182,8 +182,9 @@ class FramesIntake:
 
     def requests_named_by(self, identity: bytes, body: list) -> list[str]:
         """Requests a FRAMES message that failed to decode was about, as far as it can be read: those
-        its FramesOpen/FramesClose name, and the sender's streams whose handles frame 2 lists (when
-        it is a whole number of uint32). Their frames are lost, so they could not go on anyway."""
+        its FramesOpen/FramesClose name, and the sender's streams whose handles the entries frame
+        lists (when that frame is what its spec says: uint32 rows of 3). Their frames are lost, so
+        they could not go on anyway."""
         try:
             msg_type, header = wire.parse_header(body)
         except ValueError:
@@ -193,15 +194,25 @@ class FramesIntake:
         link = self.handles.get(identity, {})
         named = [o.request_id for o in header.opens if o.request_id]
         handles = [c.handle for c in header.closes]
-        if len(body) > 2:
-            try:
-                raw = memoryview(body[2]).cast("B")
-            except (TypeError, ValueError):
-                raw = memoryview(b"")
-            if raw.nbytes % 4 == 0:
-                handles += np.frombuffer(raw, "<u4").tolist()
+        handles += self._handles_in(header, body)
         named += [link[h] for h in handles if h in link]
         return list(dict.fromkeys(named))
+
+    @staticmethod
+    def _handles_in(header: vocoder_pb2.FramesChunk, body: list) -> list[int]:
+        width = len(wire.FRAMES_ENTRY_COLUMNS)
+        if len(body) < 3 or not header.arrays:
+            return []
+        spec = header.arrays[0]
+        if spec.dtype != common_pb2.DTYPE_UINT32 or len(spec.shape) != 2 or spec.shape[1] != width:
+            return []
+        try:
+            raw = memoryview(body[2]).cast("B")
+        except (TypeError, ValueError):
+            return []
+        if raw.nbytes != spec.shape[0] * width * 4:
+            return []
+        return np.frombuffer(raw, "<u4").reshape(-1, width)[:, 0].tolist()
 
     def finish(self, request_id: str) -> Route | None:
         """The request ended (final PCM, error or abort): forget its route and free its handle."""

@@ -108,25 +108,21 @@ class Outbox:
         with the talker's summary (`summaries[i]`, may be None) per final chunk.
         Raises zmq.Again when the gateway's queue is full, ValueError for a bad address."""
         header = vocoder_pb2.PcmBatch(sample_rate_hz=self.sample_rate_hz, request_ids=[o.request_id for o in outs])
-        columns: list[tuple] = []   # (seq, sample_offset, num_samples, num_frames, queue_ms, decode_ms, batch, graph)
+        rows: list[tuple] = []   # wire.PCM_CHUNK_COLUMNS per chunk
         for index, out in enumerate(outs):
             timing = out.timing
             if timing is None:   # an empty closing chunk: no decode ran
-                columns.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames, 0.0, 0.0, 0, 0))
+                rows.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames, 0, 0, 0, 0))
             else:
-                columns.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames,
-                                max(0.0, (timing.decode_start_s - timing.newest_frame_s) * 1e3), timing.decode_ms,
-                                timing.batch_size, int(timing.is_graph)))
+                rows.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames,
+                             round(max(0.0, timing.decode_start_s - timing.newest_frame_s) * 1e6),
+                             round(timing.decode_ms * 1e3), timing.batch_size, int(timing.is_graph)))
             if out.is_final:
                 final = header.finals.add(chunk_index=index)
                 if summaries[index] is not None:
                     final.generation.CopyFrom(summaries[index])
-        seqs, offsets, num_samples, num_frames, queue_ms, decode_ms, batch_sizes, is_graph = (
-            zip(*columns) if columns else ((),) * 8)
-        arrays = wire.PcmArrays(
-            np.array(seqs, "<u4"), np.array(offsets, "<u8"), np.array(num_samples, "<u4"), np.array(num_frames, "<u4"),
-            np.array(queue_ms, "<f4"), np.array(decode_ms, "<f4"), np.array(batch_sizes, "<u4"),
-            np.array(is_graph, "<u1"), back_to_back([o.pcm for o in outs]))
+        chunks = np.array(rows, "<u8").reshape(-1, len(wire.PCM_CHUNK_COLUMNS))   # [C, 8]
+        arrays = wire.PcmArrays(chunks, back_to_back([o.pcm for o in outs]))
         self.pushes.send(reply_to, wire.encode(wire.MessageType.PCM, header, arrays))
 
     def _error(self, request_id: str, code: str, message: str) -> common_pb2.Error:
