@@ -16,7 +16,7 @@ and alignment, let the sender hand numpy buffers to ZeroMQ as they are (copy=Fal
 is the only large part) and the receiver take `np.frombuffer` views, and are each checked against
 their own ArraySpec, so a malformed message is refused naming the array at fault. Few frames,
 because each costs a send call, a spec and a check on both sides (pyzmq sends multipart part by
-part): with a frame per column that fixed cost doubled the host time of a batch-1 step.
+part): with a frame per column a batch-1 step took ~1.7x the host time (0.34 vs 0.20 ms, CPU).
 No pickle: a peer can only make us parse protobuf and reinterpret bytes as one of a few numeric
 dtypes.
 
