@@ -163,6 +163,13 @@ def test_one_frames_message_per_vocoder_with_context_first_and_summary_last(part
     assert (later.handles, later.seqs, later.num_frames, later.opens, later.closes) == ([1], [1], [1], [], [])
 
 
+def test_stream_handles_count_up_per_link_and_wrap_past_zero():
+    a, b = link("voc-a"), link("voc-b")
+    assert [a.new_stream_handle() for _ in range(3)] == [1, 2, 3] and b.new_stream_handle() == 1
+    a.last_stream_handle = 2**32 - 2
+    assert [a.new_stream_handle() for _ in range(3)] == [2**32 - 1, 1, 2]   # uint32, never 0
+
+
 def test_refused_frames_fail_every_request_of_that_vocoder(parts):
     outbox, _, _, routes, voc = parts
     outbox.refuse_frames = True
