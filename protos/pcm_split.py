@@ -3,11 +3,12 @@
 `split_pcm` is what a receiver of PCM does after `wire.decode`: it yields one `PcmPart` per chunk,
 whose `pcm` is a read-only view into the message's single float32 buffer (no copy), and whose
 attributes read like the per-chunk header the gateway's sessions consume (`seq`, `is_final`,
-`timings.decode_ms`, `generation.num_frames`, ...).
+`timings.decode_ms`, `generation.num_frames`, ...). Parts are named tuples: immutable and, at a
+few hundred per message, several times cheaper to make than frozen dataclasses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,8 +19,7 @@ from protos.tts.internal.v1 import vocoder_pb2
 _NO_SUMMARY = vocoder_pb2.GenerationSummary()
 
 
-@dataclass(frozen=True)
-class ChunkTimes:
+class ChunkTimes(NamedTuple):
     """How the vocoder produced one chunk."""
 
     queue_ms: float      # newest frame received -> decode step start
@@ -28,8 +28,7 @@ class ChunkTimes:
     is_graph: bool       # the decode replayed a captured CUDA graph
 
 
-@dataclass(frozen=True)
-class PcmPart:
+class PcmPart(NamedTuple):
     """One request's chunk out of a PcmBatch."""
 
     request_id: str
