@@ -24,6 +24,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from gateway.audio_intake import AudioIntake
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
 from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
@@ -103,6 +104,8 @@ class Backend:
         self.mailboxes: dict[str, Mailbox] = {}
         self.tasks: list[asyncio.Task] = []
         self.on_health_change = lambda is_serving: None
+        self.audio = AudioIntake(lambda kind, header, array: self._deliver(Event(kind, header, array), "vocoder"),
+                                 self.peer_id)
         self._was_healthy = False
 
     def _connect(self, endpoint: str) -> TalkerPeer:
@@ -202,14 +205,7 @@ class Backend:
 
     async def _receive_audio(self) -> None:
         while True:
-            frames = await self.pull.recv_multipart(copy=False)
-            try:
-                msg_type, header, array = wire.decode(frames)
-            except ValueError as exc:
-                logger.warning("undecodable message on the audio socket: %s", exc)
-                continue
-            if msg_type in (wire.MessageType.PCM, wire.MessageType.ERROR):
-                self._deliver(Event(msg_type, header, array), "vocoder")
+            self.audio.on_message(await self.pull.recv_multipart(copy=False))
 
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:

@@ -37,6 +37,7 @@ class FakeRequest:
     start: talker_pb2.Start
     tokens: list[int] = field(default_factory=list)
     num_pcm: int = 0
+    num_samples: int = 0          # samples pushed so far (the next chunk's sample_offset)
     is_ended: bool = False
     abort: common_pb2.Abort | None = None
 
@@ -88,27 +89,31 @@ class FakeTalker:
     def _reply(self, identity: bytes, msg_type: T, header) -> None:
         self.router.send_multipart([identity, *wire.encode(msg_type, header)])
 
-    def _push(self, req: FakeRequest, header: vocoder_pb2.PcmChunk, pcm: np.ndarray | None) -> None:
+    def _push(self, req: FakeRequest, header: vocoder_pb2.PcmBatch, arrays: wire.PcmArrays) -> None:
         reply_to = req.start.reply_to
         if reply_to not in self.pushes:
             sock = self.context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(reply_to)
             self.pushes[reply_to] = sock
-        self.pushes[reply_to].send_multipart(wire.encode(T.PCM, header, pcm))
+        self.pushes[reply_to].send_multipart(wire.encode(T.PCM, header, arrays))
 
     def _emit(self, req: FakeRequest, ids: list[int], is_final: bool) -> None:
+        """One PCM message holding this request's one chunk (a vocoder would batch several)."""
         if not ids and not is_final:
             return
-        pcm = np.concatenate([frame_pcm(i) for i in ids]) if ids else None
-        header = vocoder_pb2.PcmChunk(request_id=req.start.request_id, seq=req.num_pcm,
-                                      num_samples=0 if pcm is None else pcm.size, sample_rate_hz=24000,
-                                      num_frames=len(ids), is_final=is_final)
+        pcm = np.concatenate([frame_pcm(i) for i in ids]).astype(np.float32) if ids else np.zeros(0, np.float32)
+        header = vocoder_pb2.PcmBatch(sample_rate_hz=24000, request_ids=[req.start.request_id])
         if is_final:
-            header.generation.CopyFrom(vocoder_pb2.GenerationSummary(
+            header.finals.add(chunk_index=0, generation=vocoder_pb2.GenerationSummary(
                 finish_reason=1, num_frames=len(req.tokens), num_text_tokens=len(req.tokens), queue_ms=1.0))
+        # one row of wire.PCM_CHUNK_COLUMNS: seq, sample_offset, num_samples, num_frames, queue_us, decode_us,
+        # batch_size, is_graph
+        chunks = np.array([[req.num_pcm, req.num_samples, pcm.size, len(ids), 500, 1000, 1, 0]], np.uint64)
+        arrays = wire.PcmArrays(chunks, pcm)
         req.num_pcm += 1
-        self._push(req, header, pcm)
+        req.num_samples += pcm.size
+        self._push(req, header, arrays)
 
     def _handle(self, identity: bytes, msg_type: T, header, array) -> None:
         if msg_type == T.START:

@@ -228,14 +228,16 @@ def _sample(msg_type: MT):
         MT.ABORT: (common_pb2.Abort(request_id="r1", reason=common_pb2.STATUS_CODE_CANCELLED), None),
         MT.ACK: (talker_pb2.Ack(request_id="r1", talker_id="t0", vocoder_id="v0", num_prompt_tokens=12), None),
         MT.VOICE_ENCODED: (talker_pb2.VoiceEncoded(request_id="v1", prompt=prompt, encode_ms=3.5), None),
-        MT.FRAMES: (vocoder_pb2.FramesChunk(talker_id="t0", entries=[
-            vocoder_pb2.FramesEntry(request_id="a", seq=0, row_offset=0, num_frames=3, num_context_frames=2,
-                                    reply_to="tcp://127.0.0.1:5557"),
-            vocoder_pb2.FramesEntry(request_id="b", seq=5, row_offset=3, num_frames=1, is_final=True,
-                                    summary=vocoder_pb2.GenerationSummary(num_frames=40))]),
-            np.arange(64, dtype=np.int16).reshape(4, 16)),
-        MT.PCM: (vocoder_pb2.PcmChunk(request_id="a", seq=0, num_samples=1920, sample_rate_hz=24000, num_frames=1),
-                 np.sin(np.arange(1920, dtype=np.float32))),
+        MT.FRAMES: (vocoder_pb2.FramesChunk(
+            talker_id="t0",
+            opens=[vocoder_pb2.FramesOpen(handle=1, request_id="a", reply_to="tcp://127.0.0.1:5557",
+                                          num_context_frames=2)],
+            closes=[vocoder_pb2.FramesClose(handle=7, summary=vocoder_pb2.GenerationSummary(num_frames=40))]),
+            wire.FramesArrays(wire.frames_entries([1, 7], [0, 5], [3, 1]), np.arange(64, dtype=np.int16).reshape(4, 16))),
+        MT.PCM: (vocoder_pb2.PcmBatch(sample_rate_hz=24000, request_ids=["a", "b"], finals=[
+            vocoder_pb2.PcmFinal(chunk_index=1, generation=vocoder_pb2.GenerationSummary(num_frames=3))]),
+            wire.PcmArrays(np.array([[0, 0, 1920, 1, 500, 2500, 2, 1], [2, 3840, 0, 0, 0, 0, 0, 0]], np.uint64),
+                           np.sin(np.arange(1920, dtype=np.float32)))),
         MT.ERROR: (common_pb2.Error(request_id="r1", code=common_pb2.STATUS_CODE_RESOURCE_EXHAUSTED,
                                     message="no free slot"), None),
         MT.HEARTBEAT: (common_pb2.Heartbeat(peer_id="v0", role=common_pb2.PEER_ROLE_VOCODER, incarnation=99,
@@ -253,30 +255,43 @@ def test_every_message_type_round_trips(msg_type):
     assert header.SerializeToString() == original, "encode must not modify the caller's header"
     got_type, got_header, got_array = wire.decode(frames)
     assert got_type is msg_type
-    if array is not None:
+    if isinstance(array, tuple):   # a multi-array message: one frame per array, each described in header.arrays
+        assert [list(spec.shape) for spec in got_header.arrays] == [list(a.shape) for a in array]
+        got_header.ClearField("arrays")  # filled in by encode
+        assert type(got_array) is type(array) and len(frames) == 2 + len(array)
+        for got, sent in zip(got_array, array):
+            np.testing.assert_array_equal(got, sent)
+            assert got.dtype == sent.dtype and not got.flags.writeable
+    elif array is not None:
         assert list(got_header.array.shape) == list(array.shape)
         got_header.ClearField("array")  # filled in by encode
     assert got_header == header
     if array is None:
         assert got_array is None and len(frames) == 2
-    else:
+    elif not isinstance(array, tuple):
         np.testing.assert_array_equal(got_array, array)
         assert got_array.dtype == array.dtype and not got_array.flags.writeable
+
+
+def _one_entry(codes: np.ndarray) -> wire.FramesArrays:
+    return wire.FramesArrays(wire.frames_entries([1], [0], [len(codes)]), codes)
 
 
 def test_arrays_travel_zero_copy_and_in_any_layout():
     header = vocoder_pb2.FramesChunk(talker_id="t")
     codes = np.arange(48, dtype=np.int32).reshape(3, 16)
-    frames = wire.encode(MT.FRAMES, header, codes)
-    assert np.shares_memory(np.frombuffer(frames[2], dtype=np.int32), codes)  # no copy on send
+    frames = wire.encode(MT.FRAMES, header, _one_entry(codes))
+    assert np.shares_memory(np.frombuffer(frames[3], dtype=np.int32), codes)  # no copy on send
     big_endian = codes.astype(">i4")
     transposed = np.ascontiguousarray(codes.T).T  # Fortran order
     for layout in (big_endian, transposed):
-        np.testing.assert_array_equal(wire.decode(wire.encode(MT.FRAMES, header, layout))[2], codes)
-    empty = wire.decode(wire.encode(MT.FRAMES, header, np.zeros((0, 16), np.int16)))[2]
-    assert empty.shape == (0, 16)
-    pcm_header = vocoder_pb2.PcmChunk(request_id="a", is_final=True)
-    assert wire.decode(wire.encode(MT.PCM, pcm_header))[2] is None  # final chunk without samples
+        np.testing.assert_array_equal(wire.decode(wire.encode(MT.FRAMES, header, _one_entry(layout)))[2].codes, codes)
+    no_entries = wire.FramesArrays(np.zeros((0, 3), np.uint32), np.zeros((0, 16), np.int16))
+    empty = wire.decode(wire.encode(MT.FRAMES, header, no_entries))[2]
+    assert empty.codes.shape == (0, 16) and empty.handles.shape == (0,)
+    voice = talker_pb2.EncodeVoice(request_id="v")
+    audio = np.linspace(-1, 1, 8, dtype=np.float32)
+    assert np.shares_memory(np.frombuffer(wire.encode(MT.ENCODE_VOICE, voice, audio)[2], np.float32), audio)
 
 
 def test_round_trip_over_a_real_socket():
@@ -289,8 +304,9 @@ def test_round_trip_over_a_real_socket():
         push.send_multipart(wire.encode(MT.PCM, header, pcm), copy=False)
         assert pull.poll(timeout=5000), "no message within 5 s"
         msg_type, got, array = wire.decode(pull.recv_multipart(copy=False))  # zmq.Frame objects
-        assert msg_type is MT.PCM and got.request_id == "a"
-        np.testing.assert_array_equal(array, pcm)
+        assert msg_type is MT.PCM and list(got.request_ids) == ["a", "b"]
+        for received, sent in zip(array, pcm):
+            np.testing.assert_array_equal(received, sent)
     finally:
         push.close(linger=0)
         pull.close(linger=0)
@@ -298,12 +314,14 @@ def test_round_trip_over_a_real_socket():
 
 @pytest.mark.parametrize("frames, match", [
     ([b"START"], "expected 2 or 3 frames"),
-    ([b"PCM", b"", b"", b""], "expected 2 or 3 frames"),
+    ([b"START", b"", b"", b""], "expected 2 or 3 frames"),
+    ([b"PCM", b"", b""], "PCM expects 4 frames \\(type, header, 2 arrays\\), got 3"),
     ([b"NOPE", b""], "unknown message type b'NOPE'"),
     ([b"START", b"\xff\xff\xff"], "malformed START header"),
     ([b"TEXT", b"", b"\x00\x00"], "TEXT carries no array"),
-    ([b"FRAMES", b""], "FRAMES requires an array frame"),
-    ([b"PCM", b"", b"\x00" * 4], "header.array is unset"),
+    ([b"FRAMES", b""], "FRAMES expects 4 frames"),
+    ([b"ENCODE_VOICE", b""], "ENCODE_VOICE requires an array frame"),
+    ([b"ENCODE_VOICE", b"", b"\x00" * 4], "header.array is unset"),
     ([b"START", 12345], "frame 1 is a int, not a buffer"),
 ])
 def test_decode_rejects_malformed_frames(frames, match):
@@ -318,14 +336,14 @@ def _with_spec(msg_type: MT, dtype: int, shape: list[int], payload: bytes | None
 
 
 @pytest.mark.parametrize("frames, match", [
-    (_with_spec(MT.FRAMES, common_pb2.DTYPE_INT16, [2, 16], b"\x00" * 63), "has 63 bytes; header says int16\\[2, 16\\] = 64"),
-    (_with_spec(MT.FRAMES, common_pb2.DTYPE_INT16, [2, 16], b"\x00" * 65), "has 65 bytes"),
-    (_with_spec(MT.FRAMES, common_pb2.DTYPE_FLOAT32, [1, 16], b"\x00" * 64), "dtype float32; expected one of: int16, int32"),
-    (_with_spec(MT.FRAMES, common_pb2.DTYPE_INT16, [32], b"\x00" * 64), "expected 2 dimensions"),
-    (_with_spec(MT.PCM, common_pb2.DTYPE_UNSPECIFIED, [4], b"\x00" * 16), "dtype 0 is not a known dtype"),
-    (_with_spec(MT.PCM, 77, [4], b"\x00" * 16), "dtype 77 is not a known dtype"),
-    (_with_spec(MT.PCM, common_pb2.DTYPE_FLOAT32, [4], None), "describes an array but no array frame"),
-    (_with_spec(MT.FRAMES, common_pb2.DTYPE_INT32, [2**40, 2**40], b"\x00" * 16), "has 16 bytes"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_FLOAT32, [16], b"\x00" * 63), "has 63 bytes; header says float32\\[16\\] = 64"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_FLOAT32, [16], b"\x00" * 65), "has 65 bytes"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_INT16, [32], b"\x00" * 64), "dtype int16; expected one of: float32"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_FLOAT32, [2, 8], b"\x00" * 64), "expected 1 dimensions"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_UNSPECIFIED, [4], b"\x00" * 16), "dtype 0 is not a known dtype"),
+    (_with_spec(MT.ENCODE_VOICE, 77, [4], b"\x00" * 16), "dtype 77 is not a known dtype"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_FLOAT32, [4], None), "ENCODE_VOICE requires an array frame"),
+    (_with_spec(MT.ENCODE_VOICE, common_pb2.DTYPE_FLOAT32, [2**62], b"\x00" * 16), "has 16 bytes"),
 ])
 def test_decode_rejects_arrays_that_do_not_match_their_header(frames, match):
     with pytest.raises(ValueError, match=match):
@@ -338,17 +356,19 @@ def test_encode_rejects_misuse():
         wire.encode(MT.TEXT, talker_pb2.Start())
     with pytest.raises(ValueError, match="TEXT carries no array"):
         wire.encode(MT.TEXT, text, np.zeros(3, np.float32))
-    with pytest.raises(ValueError, match="FRAMES requires an array"):
+    with pytest.raises(TypeError, match="FRAMES needs its 2 arrays as a FramesArrays"):
         wire.encode(MT.FRAMES, vocoder_pb2.FramesChunk())
-    preset = vocoder_pb2.PcmChunk(array=common_pb2.ArraySpec(dtype=common_pb2.DTYPE_FLOAT32, shape=[1]))
+    with pytest.raises(ValueError, match="ENCODE_VOICE requires an array"):
+        wire.encode(MT.ENCODE_VOICE, talker_pb2.EncodeVoice())
+    preset = talker_pb2.EncodeVoice(array=common_pb2.ArraySpec(dtype=common_pb2.DTYPE_FLOAT32, shape=[1]))
     with pytest.raises(ValueError, match="header.array is set by encode"):
-        wire.encode(MT.PCM, preset, np.zeros(1, np.float32))
+        wire.encode(MT.ENCODE_VOICE, preset, np.zeros(1, np.float32))
     with pytest.raises(ValueError, match="dtype float64; expected one of: float32"):
-        wire.encode(MT.PCM, vocoder_pb2.PcmChunk(), np.zeros(4))
+        wire.encode(MT.ENCODE_VOICE, talker_pb2.EncodeVoice(), np.zeros(4))
     with pytest.raises(ValueError, match=r"shape \(4, 1\); expected 1 dimensions"):
-        wire.encode(MT.PCM, vocoder_pb2.PcmChunk(), np.zeros((4, 1), np.float32))
-    with pytest.raises(TypeError, match="PCM array must be a numpy.ndarray, got list"):
-        wire.encode(MT.PCM, vocoder_pb2.PcmChunk(), [0.0, 1.0])
+        wire.encode(MT.ENCODE_VOICE, talker_pb2.EncodeVoice(), np.zeros((4, 1), np.float32))
+    with pytest.raises(TypeError, match="ENCODE_VOICE array must be a numpy.ndarray, got list"):
+        wire.encode(MT.ENCODE_VOICE, talker_pb2.EncodeVoice(), [0.0, 1.0])
     with pytest.raises(ValueError, match="is not a valid MessageType"):
         wire.encode(b"BOGUS", text)
 

@@ -9,6 +9,7 @@ import zmq
 
 from checkpoint.files import resolve_model_dir
 from protos import wire
+from protos.pcm_split import split_pcm
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2
 from talker_service.generate import Synthesizer
@@ -94,8 +95,9 @@ class GatewayStandIn:
                 if msg_type == wire.MessageType.ERROR:
                     self.received.setdefault(header.request_id, Received()).error = header
         while self.audio.poll(0):
-            msg_type, header, array = wire.decode(self.audio.recv_multipart())
-            self.received.setdefault(header.request_id, Received()).add(msg_type, header, array)
+            msg_type, header, arrays = wire.decode(self.audio.recv_multipart())
+            for part in split_pcm(header, arrays) if msg_type == wire.MessageType.PCM else [header]:
+                self.received.setdefault(part.request_id, Received()).add(msg_type, part)
 
     def reply(self, request_id: str, msg_type: wire.MessageType, timeout_s: float):
         deadline = time.monotonic() + timeout_s

@@ -38,10 +38,10 @@ class RecordingOutbox:
     def error_to_gateway(self, identity, request_id, code, message) -> None:
         self.sent.append(("error", identity, request_id, code))
 
-    def frames_to_vocoder(self, link, entries, codes) -> None:
+    def frames_to_vocoder(self, link, batch) -> None:
         if self.refuse_frames:
             raise zmq.Again()
-        self.sent.append(("frames", link.endpoint, list(entries), [c.copy() for c in codes]))
+        self.sent.append(("frames", link.endpoint, batch))
 
     def abort_to_vocoder(self, link, request_id, reason, message) -> None:
         self.sent.append(("abort", link.endpoint, request_id, reason))
@@ -147,13 +147,27 @@ def test_one_frames_message_per_vocoder_with_context_first_and_summary_last(part
     routes.get("r2").context_codes = np.full((3, 16), 7, np.int64)   # [K, 16] clone reference codes
     Emitter(routes, outbox).emit([frames("r1", 0, 2), frames("r2", 0, 1, is_final=True)])
     (sent,) = outbox.of_kind("frames")
-    _, endpoint, entries, codes = sent
-    assert endpoint == voc.endpoint and [e.request_id for e in entries] == ["r1", "r2"]
-    assert entries[0].reply_to == "tcp://gw:9" and not entries[0].is_final
-    assert entries[1].num_context_frames == 3 and codes[1].shape == (4, 16) and (codes[1][:3] == 7).all()
-    assert entries[1].is_final and entries[1].summary.num_frames == 1
+    _, endpoint, batch = sent
+    # Both streams open in this message, each under a new handle of this link; arrays name them by it.
+    assert endpoint == voc.endpoint and [o.request_id for o in batch.opens] == ["r1", "r2"]
+    assert [o.handle for o in batch.opens] == batch.handles == [1, 2] and batch.seqs == [0, 0]
+    assert all(o.reply_to == "tcp://gw:9" for o in batch.opens)
+    assert batch.opens[1].num_context_frames == 3 and batch.opens[0].num_context_frames == 0
+    assert batch.num_frames == [2, 4] and batch.codes[1].shape == (4, 16) and (batch.codes[1][:3] == 7).all()
+    assert [c.handle for c in batch.closes] == [2] and batch.closes[0].summary.num_frames == 1
     assert "r2" not in routes and "r1" in routes   # a finished request is forgotten, no ERROR sent
     assert outbox.of_kind("error") == []
+    # Later steps carry no protobuf entry for a stream that neither opens nor ends.
+    Emitter(routes, outbox).emit([frames("r1", 1, 1)])
+    _, _, later = outbox.of_kind("frames")[1]
+    assert (later.handles, later.seqs, later.num_frames, later.opens, later.closes) == ([1], [1], [1], [], [])
+
+
+def test_stream_handles_count_up_per_link_and_wrap_past_zero():
+    a, b = link("voc-a"), link("voc-b")
+    assert [a.new_stream_handle() for _ in range(3)] == [1, 2, 3] and b.new_stream_handle() == 1
+    a.last_stream_handle = 2**32 - 2
+    assert [a.new_stream_handle() for _ in range(3)] == [2**32 - 1, 1, 2]   # uint32, never 0
 
 
 def test_refused_frames_fail_every_request_of_that_vocoder(parts):

@@ -20,7 +20,8 @@ from checkpoint.files import resolve_model_dir
 from process_support import VocoderProcess, free_port
 from protos import wire
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc, common_pb2, talker_pb2, vocoder_pb2
-from test_vocoder_process_support import TalkerStandIn, entry, offline_pcm, one_cpu_thread, random_codes
+from test_vocoder_process_support import (TalkerStandIn, entry, frames_message, offline_pcm, one_cpu_thread,
+                                         random_codes)
 from vocoder_service.codec import Code2Wav
 
 SPF = 1920
@@ -155,10 +156,11 @@ def test_malformed_messages_are_rejected_without_disturbing_others(vocoder, talk
 
     talker.send_raw([b"NOPE", b""])
     assert expect_error("tag").request_id == "" and "unknown message type" in errors["tag"].message
-    # A FRAMES header promising 4 rows over a 10-byte array: the named request gets the error.
-    header = vocoder_pb2.FramesChunk(entries=[entry("bad-size", 0, 4, reply_to=talker.reply_to)])
-    header.array.CopyFrom(common_pb2.ArraySpec(dtype=common_pb2.DTYPE_INT16, shape=[4, 16]))
-    talker.send_raw([wire.MessageType.FRAMES.value, header.SerializeToString(), b"\0" * 10])
+    # A FRAMES header promising 4 rows of codes over a 10-byte frame: the request it opens gets the error.
+    header, arrays = frames_message("t", [(entry("bad-size", 0, 4, reply_to=talker.reply_to), good[:4])], {},
+                                    lambda: 99)
+    frames = wire.encode(wire.MessageType.FRAMES, header, arrays)
+    talker.send_raw([*(bytes(f) for f in frames[:-1]), b"\0" * 10])
     assert expect_error("size").request_id == "bad-size" and "bytes" in errors["size"].message
     talker.send(wire.MessageType.START, talker_pb2.Start(request_id="wrong-link"))
     assert "not accepted" in expect_error("start").message

@@ -14,6 +14,7 @@ import torch
 import zmq
 
 from protos import wire
+from protos.pcm_split import split_pcm
 from protos.tts.internal.v1 import common_pb2, vocoder_pb2
 
 
@@ -37,20 +38,57 @@ def random_codes(seed: int, num_frames: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2048, (num_frames, 16))
 
 
+@dataclass
+class Entry:
+    """One request's part of a FRAMES message, as a test talker means it (TalkerStandIn.send_frames
+    turns it into arrays, a FramesOpen at seq 0 and a FramesClose when final)."""
+
+    request_id: str
+    seq: int
+    num_frames: int
+    num_context_frames: int = 0
+    is_final: bool = False
+    reply_to: str = ""
+    summary: vocoder_pb2.GenerationSummary | None = None
+    handle: int | None = None   # None: the stand-in's handle for the request (a fresh one if it has none)
+
+
 def entry(request_id: str, seq: int, num_frames: int, *, context: int = 0, final: bool = False,
-          reply_to: str = "", summary: vocoder_pb2.GenerationSummary | None = None) -> vocoder_pb2.FramesEntry:
-    out = vocoder_pb2.FramesEntry(request_id=request_id, seq=seq, num_frames=num_frames,
-                                  num_context_frames=context, is_final=final, reply_to=reply_to)
-    if summary is not None:
-        out.summary.CopyFrom(summary)
-    return out
+          reply_to: str = "", summary: vocoder_pb2.GenerationSummary | None = None, handle: int | None = None) -> Entry:
+    return Entry(request_id, seq, num_frames, context, final, reply_to, summary, handle)
+
+
+def frames_message(talker_id: str, entries: list[tuple[Entry, np.ndarray]], handles: dict[str, int],
+                   new_handle) -> tuple[vocoder_pb2.FramesChunk, wire.FramesArrays]:
+    """The FRAMES header and arrays for `entries`; `handles` (request id -> handle) is updated:
+    seq 0 with reply_to opens a stream under `new_handle()`, a final entry closes it."""
+    chunk = vocoder_pb2.FramesChunk(talker_id=talker_id)
+    columns, rows = [], []
+    for e, codes in entries:
+        if e.seq == 0 and e.reply_to:
+            handles[e.request_id] = e.handle if e.handle is not None else new_handle()
+            chunk.opens.add(handle=handles[e.request_id], request_id=e.request_id, reply_to=e.reply_to,
+                            num_context_frames=e.num_context_frames)
+        handle = e.handle if e.handle is not None else handles.get(e.request_id)
+        if handle is None:   # never opened by this talker: a handle the vocoder has never seen
+            handle = new_handle()
+        if e.is_final:
+            close = chunk.closes.add(handle=handle)
+            if e.summary is not None:
+                close.summary.CopyFrom(e.summary)
+            handles.pop(e.request_id, None)
+        block = np.asarray(codes, dtype=np.int16).reshape(-1, 16)
+        columns.append((handle, e.seq, len(block)))
+        rows.append(block)
+    entries = np.array(columns, "<u4").reshape(-1, 3)   # [E, 3]: handle, seq, num_frames
+    return chunk, wire.FramesArrays(entries, np.concatenate(rows) if rows else np.zeros((0, 16), np.int16))
 
 
 @dataclass
 class Received:
     """What the gateway side got for one request."""
 
-    chunks: list = field(default_factory=list)     # PcmChunk headers
+    chunks: list = field(default_factory=list)     # protos.pcm_split.PcmPart per chunk
     pcm: list = field(default_factory=list)        # float32 arrays
     error: common_pb2.Error | None = None
 
@@ -61,13 +99,13 @@ class Received:
     def audio(self) -> np.ndarray:
         return np.concatenate(self.pcm) if self.pcm else np.zeros(0, np.float32)
 
-    def add(self, msg_type: wire.MessageType, header, array: np.ndarray | None) -> None:
-        """File one message from the audio path: an ERROR, or a PCM chunk with its samples."""
+    def add(self, msg_type: wire.MessageType, header) -> None:
+        """File one message from the audio path: an ERROR, or one PCM chunk (a PcmPart)."""
         if msg_type == wire.MessageType.ERROR:
             self.error = header
         else:
             self.chunks.append(header)
-            self.pcm.append(np.array(array) if array is not None else np.zeros(0, np.float32))
+            self.pcm.append(np.array(header.pcm))
 
 
 class TalkerStandIn:
@@ -86,6 +124,8 @@ class TalkerStandIn:
         self.vocoder_draining = False
         self.num_heartbeats = 0
         self.received: dict[str, Received] = {}
+        self.handles: dict[str, int] = {}   # open streams: request id -> FramesOpen.handle
+        self.last_handle = 0
         self.send(wire.MessageType.HEARTBEAT, common_pb2.Heartbeat(peer_id=name, role=common_pb2.PEER_ROLE_TALKER,
                                                                    interval_ms=200))
 
@@ -95,16 +135,13 @@ class TalkerStandIn:
     def send_raw(self, frames: list[bytes]) -> None:
         self.dealer.send_multipart(frames)
 
-    def send_frames(self, entries: list[tuple[vocoder_pb2.FramesEntry, np.ndarray]]) -> None:
-        """One FramesChunk; each entry's rows are placed back to back (row_offset filled here)."""
-        chunk = vocoder_pb2.FramesChunk(talker_id=self.name)
-        rows, offset = [], 0
-        for e, codes in entries:
-            e.row_offset = offset
-            offset += len(codes)
-            rows.append(np.asarray(codes, dtype=np.int16).reshape(-1, 16))
-            chunk.entries.append(e)
-        self.send(wire.MessageType.FRAMES, chunk, np.concatenate(rows) if rows else np.zeros((0, 16), np.int16))
+    def send_frames(self, entries: list[tuple[Entry, np.ndarray]]) -> None:
+        """One FRAMES message (one talker step); each entry's rows are placed back to back."""
+        self.send(wire.MessageType.FRAMES, *frames_message(self.name, entries, self.handles, self.new_handle))
+
+    def new_handle(self) -> int:
+        self.last_handle += 1
+        return self.last_handle
 
     def next_from_vocoder(self, msg_type: wire.MessageType, timeout_s: float):
         """Next message of `msg_type` on the DEALER (heartbeats are recorded on the way)."""
@@ -123,8 +160,10 @@ class TalkerStandIn:
     def drain_gateway(self) -> None:
         """Gateway side, non-blocking: file every PCM/ERROR already received under its request id."""
         while self.gateway.poll(0):
-            msg_type, header, array = wire.decode(self.gateway.recv_multipart())
-            self.received.setdefault(header.request_id, Received()).add(msg_type, header, array)
+            msg_type, header, arrays = wire.decode(self.gateway.recv_multipart())
+            parts = split_pcm(header, arrays) if msg_type == wire.MessageType.PCM else [header]
+            for part in parts:
+                self.received.setdefault(part.request_id, Received()).add(msg_type, part)
 
     def is_done(self, request_id: str) -> bool:
         self.drain_gateway()

@@ -114,8 +114,12 @@ def test_talkers_cannot_touch_each_others_requests(server_and_talkers):
     server, [owner, other] = server_and_talkers(num_talkers=2)
     owner.send_frames([(entry("mine", 0, 2, reply_to=owner.reply_to), random_codes(0, 4)[:2])])
     pump(server, lambda: "mine" in server.engine.streams)
-    other.send_frames([(entry("mine", 1, 2, final=True), random_codes(9, 2))])
-    assert error_for(server, other, "mine").code == common_pb2.STATUS_CODE_PERMISSION_DENIED
+    # Streams are named by per-link handles: the owner's handle means nothing on another talker's
+    # link, so the other talker cannot even address the request (nor name it back from the vocoder).
+    mine = owner.handles["mine"]
+    other.send_frames([(entry("mine", 1, 2, final=True, handle=mine), random_codes(9, 2))])
+    refused = error_for(server, other, "")
+    assert refused.code == common_pb2.STATUS_CODE_NOT_FOUND and f"unknown stream handle {mine}" in refused.message
     other.send(wire.MessageType.ABORT, common_pb2.Abort(request_id="mine", reason=common_pb2.STATUS_CODE_CANCELLED))
     for _ in range(5):
         server.run_once()

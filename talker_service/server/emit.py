@@ -1,31 +1,21 @@
 """One engine step's outputs -> their destinations: frames batched into one FRAMES message per
-vocoder, admin GenerateCodes outputs onto their queue, errors to the request's gateway.
+vocoder (entries as arrays; a stream is named by the handle its first message gave it), admin
+GenerateCodes outputs onto their queue, errors to the request's gateway.
 
 A vocoder that refuses a FRAMES send fails every request in it (and every other stream it holds):
 their frames are lost, so they could never finish.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import zmq
 
 from protos.tts.internal.v1 import vocoder_pb2
 from talker_service.engine import ErrorOut, FramesOut
-from talker_service.server.outbox import Outbox
+from talker_service.server.outbox import FramesBatch, Outbox
 from talker_service.server.routes import Route, RouteTable
 from talker_service.server.summary import summary_of
 from talker_service.server.vocoders import VocoderLink
-
-
-@dataclass
-class FramesBatch:
-    """One FRAMES message to one vocoder: an entry per request, its rows back to back."""
-    link: VocoderLink
-    entries: list[vocoder_pb2.FramesEntry] = field(default_factory=list)
-    codes: list[np.ndarray] = field(default_factory=list)   # [n_i, 16] per entry
-    routes: list[Route] = field(default_factory=list)
 
 
 class Emitter:
@@ -34,7 +24,7 @@ class Emitter:
         self.outbox = outbox
 
     def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
-        batches: dict[int, FramesBatch] = {}   # keyed by id(link): links are not hashable
+        batches: dict[int, tuple[VocoderLink, FramesBatch]] = {}   # keyed by id(link): links are not hashable
         for out in outs:
             route = self.routes.get(out.request_id)
             if route is None:   # ended this turn already (abort, vocoder loss)
@@ -46,29 +36,33 @@ class Emitter:
                 if out.is_final:
                     self.routes.forget(route)
             else:
-                self.add_frames(batches.setdefault(id(route.vocoder), FramesBatch(route.vocoder)), route, out)
-        for batch in batches.values():
-            self.send(batch)
+                link = route.vocoder
+                self.add_frames(batches.setdefault(id(link), (link, FramesBatch()))[1], link, route, out)
+        for link, batch in batches.values():
+            self.send(link, batch)
 
-    def add_frames(self, batch: FramesBatch, route: Route, out: FramesOut) -> None:
-        entry = vocoder_pb2.FramesEntry(request_id=out.request_id, seq=out.seq, is_final=out.is_final)
+    def add_frames(self, batch: FramesBatch, link: VocoderLink, route: Route, out: FramesOut) -> None:
         rows = out.codes
-        if out.seq == 0:
-            entry.reply_to = route.reply_to
+        if out.seq == 0:   # the stream opens: a handle names it in the arrays from now on
+            route.vocoder_handle = link.new_stream_handle()
+            opened = vocoder_pb2.FramesOpen(handle=route.vocoder_handle, request_id=out.request_id,
+                                            reply_to=route.reply_to)
             if route.context_codes is not None:   # the decoder's left context, not emitted as audio
-                entry.num_context_frames = route.context_codes.shape[0]
+                opened.num_context_frames = route.context_codes.shape[0]
                 rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
+            batch.opens.append(opened)
         if out.is_final:
-            entry.summary.CopyFrom(summary_of(out))
+            batch.closes.append(vocoder_pb2.FramesClose(handle=route.vocoder_handle, summary=summary_of(out)))
             self.routes.forget(route)
-        batch.entries.append(entry)
+        batch.handles.append(route.vocoder_handle)
+        batch.seqs.append(out.seq)
+        batch.num_frames.append(rows.shape[0])
         batch.codes.append(rows)
         batch.routes.append(route)
 
-    def send(self, batch: FramesBatch) -> None:
-        link = batch.link
+    def send(self, link: VocoderLink, batch: FramesBatch) -> None:
         try:
-            self.outbox.frames_to_vocoder(link, batch.entries, batch.codes)
+            self.outbox.frames_to_vocoder(link, batch)
         except zmq.ZMQError as exc:
             why = f"did not accept frames ({exc})"
             link.last_heartbeat_s = None   # unhealthy until it heartbeats again: new requests go elsewhere

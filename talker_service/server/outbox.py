@@ -5,6 +5,7 @@ involved. What a heartbeat says is built by `Heartbeats` (heartbeats.py); this o
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
@@ -14,6 +15,20 @@ from protos.tts.internal.v1 import common_pb2, vocoder_pb2
 from talker_service.server.vocoders import VocoderLink
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FramesBatch:
+    """One FRAMES message to one vocoder, being filled: per entry its stream handle, seq and rows;
+    a FramesOpen per stream it starts and a FramesClose per stream it ends; the routes involved
+    (failed together if the vocoder refuses the message)."""
+    handles: list[int] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    num_frames: list[int] = field(default_factory=list)
+    codes: list[np.ndarray] = field(default_factory=list)   # [num_frames[i], 16] per entry
+    opens: list[vocoder_pb2.FramesOpen] = field(default_factory=list)
+    closes: list[vocoder_pb2.FramesClose] = field(default_factory=list)
+    routes: list = field(default_factory=list)              # routes.Route (routes.py imports this module)
 
 
 def status_code(name: str) -> int:
@@ -42,18 +57,14 @@ class Outbox:
             request_id=request_id, code=status_code(code), message=message, origin=self.peer_id))
 
     # ---- vocoders ---------------------------------------------------------------------------
-    def frames_to_vocoder(self, link: VocoderLink, entries: list[vocoder_pb2.FramesEntry],
-                          codes: list[np.ndarray]) -> None:
-        """One FramesChunk; entries' rows (codes[i] [n_i, 16]) back to back. Raises zmq.ZMQError."""
-        offset = 0
-        for entry, rows in zip(entries, codes):
-            entry.row_offset = offset
-            entry.num_frames = rows.shape[0]
-            offset += rows.shape[0]
-        chunk = vocoder_pb2.FramesChunk(talker_id=self.peer_id, entries=entries)
-        # every code is < 3072, so int16 halves the bytes on the wire
-        array = np.concatenate(codes).astype(np.int16) if codes else np.zeros((0, 16), np.int16)   # [total, 16]
-        link.socket.send_multipart(wire.encode(wire.MessageType.FRAMES, chunk, array), flags=zmq.NOBLOCK, copy=False)
+    def frames_to_vocoder(self, link: VocoderLink, batch: FramesBatch) -> None:
+        """One FRAMES message: the entries as arrays, protobuf only to open and close. Raises zmq.ZMQError."""
+        chunk = vocoder_pb2.FramesChunk(talker_id=self.peer_id, opens=batch.opens, closes=batch.closes)
+        # every code is < 3072, so int16 halves the bytes on the wire; one pass from the int64 rows
+        codes = (np.concatenate(batch.codes, dtype=np.int16, casting="unsafe") if batch.codes
+                 else np.zeros((0, wire.CODES_PER_FRAME), np.int16))   # [total, 16]
+        arrays = wire.FramesArrays(wire.frames_entries(batch.handles, batch.seqs, batch.num_frames), codes)
+        link.socket.send_multipart(wire.encode(wire.MessageType.FRAMES, chunk, arrays), flags=zmq.NOBLOCK, copy=False)
 
     def abort_to_vocoder(self, link: VocoderLink, request_id: str, reason: str, message: str) -> None:
         try:

@@ -35,6 +35,7 @@ class Route:
     is_ended: bool = False                   # End received
     sink: queue.Queue | None = None          # admin GenerateCodes: engine outputs go here
     seed: int = 0
+    vocoder_handle: int = 0                  # the stream's number on its vocoder link, from its first frames
 
 
 class RouteTable:

@@ -39,6 +39,13 @@ class VocoderLink:
     load: common_pb2.Load = field(default_factory=common_pb2.Load)
     streams: set = field(default_factory=set)          # request ids routed here
     num_opened_since_heartbeat: int = 0
+    last_stream_handle: int = 0             # FramesOpen.handle given to the latest stream opened here
+
+    def new_stream_handle(self) -> int:
+        """A handle for a new stream on this link: counts up and wraps within uint32, skipping 0, so
+        a handle comes back only after 2**32 - 1 opens (the vocoder refuses one still in use)."""
+        self.last_stream_handle = self.last_stream_handle % 0xFFFFFFFF + 1
+        return self.last_stream_handle
 
     @property
     def name(self) -> str:

@@ -68,11 +68,14 @@ class VocoderEngine:
         logger.debug("request %s opened in slot %d", request_id, slot)
 
     def add_frames(self, request_id: str, seq: int, codes: np.ndarray, *, is_context: bool = False,
-                   is_final: bool = False, num_context_frames: int = 0) -> None:
+                   is_final: bool = False, num_context_frames: int = 0, is_checked: bool = False) -> None:
         """Append frames [n,16] (n may be 0 for a bare final marker) carrying sequence number `seq`.
 
         The first `num_context_frames` rows (all rows with `is_context`) only prime the decoder
         state; one wire entry may carry the last context rows followed by the first audio rows.
+        `is_checked`: the caller already checked shape, integer dtype and codebook range (the
+        server does it once per FRAMES message for every entry); the rows are kept as given (a
+        read-only view is fine: they are only copied out when gathered).
         """
         stream = self.streams.get(request_id)
         if stream is None:
@@ -86,7 +89,8 @@ class VocoderEngine:
             raise EngineError("DATA_LOSS", f"request {request_id!r}: frames seq {seq} out of order, expected {stream.next_seq}")
         if stream.ended:
             raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: frames after the final frames")
-        codes = validate_codes(request_id, codes, self.runner.codebook_size)
+        if not is_checked:
+            codes = validate_codes(request_id, codes, self.runner.codebook_size)
         num_context = len(codes) if is_context else num_context_frames
         if not 0 <= num_context <= len(codes):
             raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: num_context_frames {num_context} not in [0, {len(codes)}]")

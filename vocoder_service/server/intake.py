@@ -1,24 +1,28 @@
-"""Turns talkers' FRAMES and ABORT messages into engine calls, one entry at a time.
+"""Turns talkers' FRAMES and ABORT messages into engine calls.
 
-An entry that cannot be applied fails only its own request: the talker that sent it gets an
-ERROR; if that talker owns the live request, the request is freed and its gateway gets the ERROR
-too (nothing else would ever end that stream). A message naming another talker's request never
-touches it. Requests beyond capacity are refused with RESOURCE_EXHAUSTED, never queued silently.
+A FRAMES message holds one talker step's entries as arrays (protos/wire.py `FramesArrays`):
+streams are named by small handles the talker assigned in the message that opened them
+(`FramesOpen`), per talker link, so a talker can only ever address its own streams.
+
+An entry that cannot be applied (unknown or reused handle, a seq gap, codes out of the codebook,
+no free slot...) fails only its own request: the talker that sent it gets an ERROR naming the
+problem; if the request was live, it is freed and its gateway gets the ERROR too (nothing else
+would ever end that stream). The other entries of the message are applied as usual. A message
+that does not decode at all fails the requests it can still be traced to (`requests_named_by`).
+Requests beyond capacity are refused with RESOURCE_EXHAUSTED, never queued silently.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-import zmq
-from google.protobuf.message import DecodeError
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, vocoder_pb2
 from service_common.endpoints import check_endpoint
-from vocoder_service.engine.engine import NUM_CODE_GROUPS, EngineError, VocoderEngine
+from vocoder_service.engine.engine import EngineError, VocoderEngine
 from vocoder_service.server.outbox import Outbox
 from vocoder_service.server.peers import TalkerPeers
 
@@ -29,7 +33,8 @@ logger = logging.getLogger(__name__)
 class Route:
     identity: bytes                  # the talker's ROUTER identity: its request's errors go back there
     reply_to: str                    # the gateway's PULL endpoint
-    summary: vocoder_pb2.GenerationSummary | None = None   # from the final entry, sent with the last PCM
+    handle: int                      # the talker's name for the stream on its link
+    summary: vocoder_pb2.GenerationSummary | None = None   # from FramesClose, sent with the last PCM
 
 
 class FramesIntake:
@@ -40,17 +45,35 @@ class FramesIntake:
         self.peers = peers
         self.is_accepting = is_accepting     # False while draining: new streams are refused
         self.routes: dict[str, Route] = {}
+        # Per talker link: handle -> request id of the streams whose FramesClose has not come yet.
+        self.handles: dict[bytes, dict[int, str]] = {}
         self.num_rejected_entries = 0
 
     # ---- handlers (MessageType -> method, see loop.py) -------------------------------------
-    def on_frames(self, identity: bytes, chunk: vocoder_pb2.FramesChunk, codes: np.ndarray) -> None:
-        # codes: [total_frames, 16] int16/int32, a read-only view on the received frame
-        seen: set[str] = set()
-        for entry in chunk.entries:
+    def on_frames(self, identity: bytes, chunk: vocoder_pb2.FramesChunk, arrays: wire.FramesArrays) -> None:
+        # arrays: read-only views on the received frames, checked by wire.decode for dtype, shape and
+        # agreement (entries' lengths, rows adding up to the codes); what needs state is checked here.
+        link = self.handles.setdefault(identity, {})
+        opens = self._by_handle(identity, chunk.opens, "FramesOpen", lambda o: o.request_id)
+        closes = self._by_handle(identity, chunk.closes, "FramesClose", lambda c: link.get(c.handle, ""))
+        handles, seqs, counts = arrays.handles.tolist(), arrays.seqs.tolist(), arrays.num_frames.tolist()
+        bad_rows = self._rows_out_of_codebook(arrays.codes)
+        for handle in set(opens).union(closes).difference(handles):
+            named = opens[handle].request_id if handle in opens else link.get(handle, "")
+            self.reject(identity, named, "INVALID_ARGUMENT", f"stream handle {handle} is opened or closed "
+                                                             f"by a FRAMES message that holds no entry for it")
+        seen: set[int] = set()
+        row = 0
+        for handle, seq, count in zip(handles, seqs, counts):
+            rows = arrays.codes[row:row + count]
+            is_bad = bad_rows is not None and bool(bad_rows[row:row + count].any())
+            row += count
+            open_, close = opens.get(handle), closes.get(handle)
             try:
-                self._apply(identity, chunk.talker_id, entry, codes, seen)
+                self._apply(identity, link, chunk.talker_id, handle, seq, rows, is_bad, open_, close, seen)
             except EngineError as exc:
-                self.reject(identity, entry.request_id, exc.code, exc.message)
+                named = open_.request_id if open_ is not None else link.get(handle, "")
+                self.reject(identity, named, exc.code, exc.message)
 
     def on_abort(self, identity: bytes, abort: common_pb2.Abort) -> None:
         route = self.routes.get(abort.request_id)
@@ -60,49 +83,79 @@ class FramesIntake:
             return
         reason = f"{common_pb2.StatusCode.Name(abort.reason)}: {abort.message}"
         self.engine.abort(abort.request_id, reason)   # idempotent: unknown or finished ids are logged
-        self.routes.pop(abort.request_id, None)
+        self.finish(abort.request_id)
 
     # ---- per entry -------------------------------------------------------------------------
-    def _apply(self, identity: bytes, talker_id: str, entry: vocoder_pb2.FramesEntry, codes: np.ndarray,
-               seen: set[str]) -> None:
-        rid = entry.request_id
-        if not rid:
-            raise EngineError("INVALID_ARGUMENT", "FramesEntry.request_id is empty")
-        if rid in seen:
-            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: more than one entry in one FramesChunk")
-        seen.add(rid)
-        if codes.shape[1] != NUM_CODE_GROUPS:
-            raise EngineError("INVALID_ARGUMENT",
-                              f"request {rid!r}: codes must be [n, {NUM_CODE_GROUPS}], got {list(codes.shape)}")
-        end = entry.row_offset + entry.num_frames
-        if end > codes.shape[0]:
-            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: rows [{entry.row_offset}, {end}) exceed the "
-                                                  f"{codes.shape[0]} rows of the codes array")
-        if entry.num_context_frames > entry.num_frames:
-            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: num_context_frames {entry.num_context_frames} > "
-                                                  f"num_frames {entry.num_frames}")
-        if entry.seq == 0 and rid not in self.engine.streams:
-            self._open(identity, talker_id, entry)
-        elif rid in self.engine.streams and (rid not in self.routes or self.routes[rid].identity != identity):
-            raise EngineError("PERMISSION_DENIED", f"request {rid!r} belongs to another client of this vocoder")
-        self.engine.add_frames(rid, entry.seq, codes[entry.row_offset:end], is_final=entry.is_final,
-                               num_context_frames=entry.num_context_frames)
-        if entry.is_final and entry.HasField("summary") and rid in self.routes:
-            self.routes[rid].summary = entry.summary
+    def _apply(self, identity: bytes, link: dict[int, str], talker_id: str, handle: int, seq: int,
+               rows: np.ndarray, is_bad: bool, open_: vocoder_pb2.FramesOpen | None,
+               close: vocoder_pb2.FramesClose | None, seen: set[int]) -> None:
+        if handle in seen:
+            raise EngineError("INVALID_ARGUMENT", f"stream handle {handle} has more than one entry in one FRAMES message")
+        seen.add(handle)
+        if open_ is not None:
+            rid = self._open(identity, link, talker_id, handle, seq, open_)
+        else:
+            rid = link.get(handle)
+            if rid is None:
+                raise EngineError("NOT_FOUND", f"frames for unknown stream handle {handle} (seq {seq}): never "
+                                               f"opened on this link, or already closed")
+        if is_bad:
+            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: codes must lie in [0, {self.engine.runner.codebook_size}),"
+                                                  f" got [{rows.min()}, {rows.max()}]")
+        self.engine.add_frames(rid, seq, rows, is_final=close is not None,
+                               num_context_frames=open_.num_context_frames if open_ is not None else 0,
+                               is_checked=True)
+        if close is not None:
+            del link[handle]   # the talker may open a new stream under this handle from the next message on
+            if close.HasField("summary") and rid in self.routes:
+                self.routes[rid].summary = close.summary
 
-    def _open(self, identity: bytes, talker_id: str, entry: vocoder_pb2.FramesEntry) -> None:
-        rid = entry.request_id
+    def _open(self, identity: bytes, link: dict[int, str], talker_id: str, handle: int, seq: int,
+              open_: vocoder_pb2.FramesOpen) -> str:
+        rid = open_.request_id
+        if not rid:
+            raise EngineError("INVALID_ARGUMENT", f"FramesOpen of stream handle {handle} has an empty request_id")
+        if seq != 0:
+            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: opened by an entry with seq {seq}, expected 0")
+        if handle in link:
+            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: stream handle {handle} is still in use by "
+                                                  f"request {link[handle]!r} on this link (handle reuse)")
+        if rid in self.routes:
+            raise EngineError("ALREADY_EXISTS", f"request {rid!r} is already open on this vocoder")
         if not self.is_accepting():
             raise EngineError("UNAVAILABLE", f"request {rid!r} refused: the vocoder is draining")
-        if not entry.reply_to:
-            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: the seq 0 entry needs reply_to")
+        if not open_.reply_to:
+            raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: FramesOpen needs reply_to")
         try:
-            check_endpoint(entry.reply_to, "reply_to")
+            check_endpoint(open_.reply_to, "reply_to")
         except ValueError as exc:
             raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: {exc}") from None
-        self.engine.open(rid, entry.reply_to, talker_id or self.peers.name(identity))
-        self.routes[rid] = Route(identity, entry.reply_to)
-        logger.info("request %s opened for talker %s, audio to %s", rid, self.peers.name(identity), entry.reply_to)
+        self.engine.open(rid, open_.reply_to, talker_id or self.peers.name(identity))
+        self.routes[rid] = Route(identity, open_.reply_to, handle)
+        link[handle] = rid
+        logger.info("request %s opened as stream %d of talker %s, audio to %s", rid, handle,
+                    self.peers.name(identity), open_.reply_to)
+        return rid
+
+    def _rows_out_of_codebook(self, codes: np.ndarray) -> np.ndarray | None:
+        """None when every code is valid (one vectorized pass per message), else a bool per row."""
+        # Negative codes wrap to huge values as uint32, so one comparison covers both ends.
+        wrapped = codes.astype(np.uint32, copy=False) if codes.dtype == np.int32 else codes.astype(np.uint16, copy=False)
+        too_big = wrapped >= self.engine.runner.codebook_size
+        if not codes.size or not too_big.any():
+            return None
+        return too_big.any(axis=1)
+
+    def _by_handle(self, identity: bytes, items, kind: str, name_of: Callable[[Any], str]) -> dict[int, Any]:
+        """`items` keyed by handle; every item of a handle named more than once is refused (and dropped)."""
+        grouped: dict[int, list] = {}
+        for item in items:
+            grouped.setdefault(item.handle, []).append(item)
+        for handle in [h for h, group in grouped.items() if len(group) > 1]:
+            for item in grouped.pop(handle):
+                self.reject(identity, name_of(item), "INVALID_ARGUMENT",
+                            f"stream handle {handle} has more than one {kind} in one FRAMES message")
+        return {handle: group[0] for handle, group in grouped.items()}
 
     # ---- failures ----------------------------------------------------------------------------
     def reject(self, identity: bytes, request_id: str, code: str, message: str) -> None:
@@ -115,7 +168,7 @@ class FramesIntake:
         if route is None or route.identity != identity:
             return
         self.engine.fail(request_id, code, message)   # no-op if the engine already freed it
-        self.routes.pop(request_id, None)
+        self.finish(request_id)
         self.outbox.error_to_gateway(route.reply_to, request_id, code, message)
 
     def reject_message(self, identity: bytes, request_ids: list[str], message: str) -> None:
@@ -127,32 +180,59 @@ class FramesIntake:
         for rid in dict.fromkeys(request_ids):
             self.reject(identity, rid, "INVALID_ARGUMENT", message)
 
+    def requests_named_by(self, identity: bytes, body: list) -> list[str]:
+        """Requests a FRAMES message that failed to decode was about, as far as it can be read: those
+        its FramesOpen/FramesClose name, and the sender's streams whose handles the entries frame
+        lists (when that frame is what its spec says: uint32 rows of 3). Their frames are lost, so
+        they could not go on anyway."""
+        try:
+            msg_type, header = wire.parse_header(body)
+        except ValueError:
+            return []
+        if msg_type != wire.MessageType.FRAMES:
+            return []
+        link = self.handles.get(identity, {})
+        named = [o.request_id for o in header.opens if o.request_id]
+        handles = [c.handle for c in header.closes]
+        handles += self._handles_in(header, body)
+        named += [link[h] for h in handles if h in link]
+        return list(dict.fromkeys(named))
+
+    @staticmethod
+    def _handles_in(header: vocoder_pb2.FramesChunk, body: list) -> list[int]:
+        width = len(wire.FRAMES_ENTRY_COLUMNS)
+        if len(body) < 3 or not header.arrays:
+            return []
+        spec = header.arrays[0]
+        if spec.dtype != common_pb2.DTYPE_UINT32 or len(spec.shape) != 2 or spec.shape[1] != width:
+            return []
+        try:
+            raw = memoryview(body[2]).cast("B")
+        except (TypeError, ValueError):
+            return []
+        if raw.nbytes != spec.shape[0] * width * 4:
+            return []
+        return np.frombuffer(raw, "<u4").reshape(-1, width)[:, 0].tolist()
+
     def finish(self, request_id: str) -> Route | None:
-        """The request ended (final PCM or error sent): forget its route."""
-        return self.routes.pop(request_id, None)
+        """The request ended (final PCM, error or abort): forget its route and free its handle."""
+        route = self.routes.pop(request_id, None)
+        if route is not None:
+            link = self.handles.get(route.identity)
+            if link is not None and link.get(route.handle) == request_id:
+                del link[route.handle]
+        return route
 
     def sweep(self) -> None:
-        """Drop routes of requests the engine no longer holds (belt and braces against leaks)."""
+        """Drop routes of requests the engine no longer holds (belt and braces against leaks), and
+        the handle tables of talkers with no stream left."""
         for rid in [rid for rid in self.routes if rid not in self.engine.streams]:
-            del self.routes[rid]
+            self.finish(rid)
+        for identity in [i for i, link in self.handles.items() if not link]:
+            del self.handles[identity]
 
     def streams_by_identity(self) -> dict[bytes, int]:
         counts: dict[bytes, int] = {}
         for route in self.routes.values():
             counts[route.identity] = counts.get(route.identity, 0) + 1
         return counts
-
-
-def request_ids_of(body: list) -> list[str]:
-    """Request ids named by a FRAMES message that failed to decode, when its header still parses."""
-    if len(body) < 2:
-        return []
-    tag, raw = (frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame) for frame in body[:2])
-    if tag != wire.MessageType.FRAMES.value:
-        return []
-    chunk = vocoder_pb2.FramesChunk()
-    try:
-        chunk.ParseFromString(raw)
-    except DecodeError:
-        return []
-    return [entry.request_id for entry in chunk.entries if entry.request_id]

@@ -22,7 +22,7 @@ from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
-from vocoder_service.server.intake import FramesIntake, request_ids_of
+from vocoder_service.server.intake import FramesIntake
 from vocoder_service.server.outbox import Outbox
 from vocoder_service.server.peers import TalkerPeers
 from vocoder_service.server.sockets import PushSockets, bind_router
@@ -145,7 +145,8 @@ class VocoderServer:
         try:
             msg_type, header, array = wire.decode(body)
         except ValueError as exc:
-            self.intake.reject_message(identity, request_ids_of(body), f"malformed message: {exc}")
+            self.intake.reject_message(identity, self.intake.requests_named_by(identity, body),
+                                       f"malformed message: {exc}")
             return
         handler = self.handlers.get(msg_type)
         if handler is None:
@@ -181,32 +182,40 @@ class VocoderServer:
 
     # ---- send ------------------------------------------------------------------------------------
     def emit(self, outs: list[PcmOut | ErrorOut]) -> None:
+        pcm_by_gateway: dict[str | None, list[PcmOut]] = {}   # one PCM message per gateway per step
         for out in outs:
             if self.admin_decodes.owns(out.request_id):
                 self.admin_decodes.on_output(out)
             elif isinstance(out, ErrorOut):
                 self.send_error(out)
             else:
-                self.send_pcm(out)
+                pcm_by_gateway.setdefault(out.reply_to, []).append(out)
+        for reply_to, chunks in pcm_by_gateway.items():
+            self.send_pcm(reply_to, chunks)
 
-    def send_pcm(self, out: PcmOut) -> None:
-        route = self.intake.routes.get(out.request_id)
+    def send_pcm(self, reply_to: str | None, outs: list[PcmOut]) -> None:
+        routes = [self.intake.routes.get(out.request_id) for out in outs]
         try:
-            self.outbox.pcm_to_gateway(out, route.summary if route is not None else None)
+            if not reply_to:
+                raise ValueError("no reply_to")
+            self.outbox.pcm_to_gateway(reply_to, outs, [r.summary if r is not None else None for r in routes])
         except (zmq.ZMQError, ValueError) as exc:
-            # A gateway that does not read must not stall everyone: this request ends here.
+            # A gateway that does not read must not stall everyone: its requests in this message end here.
             self.stats.num_pcm_send_failures += 1
-            message = f"request {out.request_id!r}: PCM to {out.reply_to} not sent ({exc}); request failed"
-            error = self.engine.fail(out.request_id, "UNAVAILABLE", message)
-            if route is not None:
-                self.outbox.error_to_talker(route.identity, out.request_id, "UNAVAILABLE", message)
-            self.intake.finish(out.request_id)
-            logger.warning("%s%s", message, "" if error else " (already ended)")
+            for out, route in zip(outs, routes):
+                message = f"request {out.request_id!r}: PCM to {reply_to} not sent ({exc}); request failed"
+                error = self.engine.fail(out.request_id, "UNAVAILABLE", message)
+                if route is not None:
+                    self.outbox.error_to_talker(route.identity, out.request_id, "UNAVAILABLE", message)
+                self.intake.finish(out.request_id)
+                logger.warning("%s%s", message, "" if error else " (already ended)")
             return
-        self.stats.record_sent(out, time.monotonic(), self.runner.sample_rate_hz)
-        if out.is_final:
-            self.intake.finish(out.request_id)
-            logger.info("request %s finished: %d samples", out.request_id, out.sample_offset + len(out.pcm))
+        now_s = time.monotonic()
+        for out in outs:
+            self.stats.record_sent(out, now_s, self.runner.sample_rate_hz)
+            if out.is_final:
+                self.intake.finish(out.request_id)
+                logger.info("request %s finished: %d samples", out.request_id, out.sample_offset + len(out.pcm))
 
     def send_error(self, error: ErrorOut) -> None:
         route = self.intake.finish(error.request_id)

@@ -2,8 +2,9 @@
 
 Sends never block the loop. A talker that went away (EHOSTUNREACH on the mandatory ROUTER) or a
 talker whose queue is full only costs a log line: talker-bound messages are advisory (errors,
-credits). A gateway whose queue is full raises `zmq.Again` to the caller, which then fails that
-request rather than drop audio from the middle of a stream.
+credits). PCM leaves as one message per gateway per decode step (`pcm_to_gateway`); a gateway
+whose queue is full raises `zmq.Again` to the caller, which then fails the requests of that
+message rather than drop audio from the middle of their streams.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from vocoder_service.server.sockets import PushSockets
 
 logger = logging.getLogger(__name__)
 
+_NO_PCM = np.zeros(0, "<f4")
+
 
 def status_code(name: str) -> int:
     """Engine code name ("RESOURCE_EXHAUSTED") -> tts.internal.v1.StatusCode value (UNKNOWN if unheard of)."""
@@ -28,6 +31,27 @@ def status_code(name: str) -> int:
         return common_pb2.StatusCode.Value(f"STATUS_CODE_{name}")
     except ValueError:
         return common_pb2.STATUS_CODE_UNKNOWN
+
+
+def back_to_back(pcms: list[np.ndarray]) -> np.ndarray:
+    """The chunks' samples as one float32 buffer [sum(len)]. Without a copy when they already lie
+    back to back in one array (full rows of one decode output, in order: the usual steady-state
+    batch), since 256 chunks of 4 frames are ~8 MB per step; else one concatenation."""
+    if not pcms:
+        return _NO_PCM
+    base = pcms[0].base
+    if (isinstance(base, np.ndarray) and base.dtype == np.float32 and base.flags.c_contiguous
+            and all(p.base is base and p.dtype == np.float32 and p.flags.c_contiguous for p in pcms)):
+        itemsize, base_at = base.itemsize, base.__array_interface__["data"][0]
+        start = (pcms[0].__array_interface__["data"][0] - base_at) // itemsize
+        end = start
+        for p in pcms:
+            if p.__array_interface__["data"][0] != base_at + end * itemsize:
+                break
+            end += len(p)
+        else:
+            return base.reshape(-1)[start:end]
+    return np.concatenate(pcms, dtype="<f4", casting="same_kind")
 
 
 class Outbox:
@@ -77,22 +101,29 @@ class Outbox:
             logger.warning("request %s: error to gateway %s not sent: %s", request_id, reply_to, exc)
             return False
 
-    def pcm_to_gateway(self, out: PcmOut, summary: vocoder_pb2.GenerationSummary | None) -> None:
-        """Send one PCM chunk; raises zmq.Again when the gateway's queue is full."""
-        header = vocoder_pb2.PcmChunk(
-            request_id=out.request_id, seq=out.seq, sample_offset=out.sample_offset, num_samples=len(out.pcm),
-            sample_rate_hz=self.sample_rate_hz, num_frames=out.num_frames, is_final=out.is_final,
-        )
-        if out.timing is not None:
+    def pcm_to_gateway(self, reply_to: str, outs: list[PcmOut],
+                       summaries: list[vocoder_pb2.GenerationSummary | None]) -> None:
+        """One PCM message carrying every chunk in `outs` (all for `reply_to`, one decode step):
+        per-chunk numbers as arrays, the samples back to back in one float32 buffer, a PcmFinal
+        with the talker's summary (`summaries[i]`, may be None) per final chunk.
+        Raises zmq.Again when the gateway's queue is full, ValueError for a bad address."""
+        header = vocoder_pb2.PcmBatch(sample_rate_hz=self.sample_rate_hz, request_ids=[o.request_id for o in outs])
+        rows: list[tuple] = []   # wire.PCM_CHUNK_COLUMNS per chunk
+        for index, out in enumerate(outs):
             timing = out.timing
-            header.timings.CopyFrom(vocoder_pb2.ChunkTimings(
-                queue_ms=max(0.0, (timing.decode_start_s - timing.newest_frame_s) * 1e3),
-                decode_ms=timing.decode_ms, batch_size=timing.batch_size, is_graph=timing.is_graph,
-            ))
-        if out.is_final and summary is not None:
-            header.generation.CopyFrom(summary)
-        pcm = np.asarray(out.pcm, dtype="<f4") if len(out.pcm) else None
-        self.pushes.send(out.reply_to, wire.encode(wire.MessageType.PCM, header, pcm))
+            if timing is None:   # an empty closing chunk: no decode ran
+                rows.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames, 0, 0, 0, 0))
+            else:
+                rows.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames,
+                             round(max(0.0, timing.decode_start_s - timing.newest_frame_s) * 1e6),
+                             round(timing.decode_ms * 1e3), timing.batch_size, int(timing.is_graph)))
+            if out.is_final:
+                final = header.finals.add(chunk_index=index)
+                if summaries[index] is not None:
+                    final.generation.CopyFrom(summaries[index])
+        chunks = np.array(rows, "<u8").reshape(-1, len(wire.PCM_CHUNK_COLUMNS))   # [C, 8]
+        arrays = wire.PcmArrays(chunks, back_to_back([o.pcm for o in outs]))
+        self.pushes.send(reply_to, wire.encode(wire.MessageType.PCM, header, arrays))
 
     def _error(self, request_id: str, code: str, message: str) -> common_pb2.Error:
         return common_pb2.Error(request_id=request_id, code=status_code(code), message=message, origin=self.peer_id)

@@ -42,6 +42,9 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DTYPE_INT64: _ClassVar[DType]
     DTYPE_FLOAT16: _ClassVar[DType]
     DTYPE_FLOAT32: _ClassVar[DType]
+    DTYPE_UINT8: _ClassVar[DType]
+    DTYPE_UINT32: _ClassVar[DType]
+    DTYPE_UINT64: _ClassVar[DType]
 STATUS_CODE_UNSPECIFIED: StatusCode
 STATUS_CODE_CANCELLED: StatusCode
 STATUS_CODE_UNKNOWN: StatusCode
@@ -69,6 +72,9 @@ DTYPE_INT32: DType
 DTYPE_INT64: DType
 DTYPE_FLOAT16: DType
 DTYPE_FLOAT32: DType
+DTYPE_UINT8: DType
+DTYPE_UINT32: DType
+DTYPE_UINT64: DType
 
 class Error(_message.Message):
     __slots__ = ("request_id", "code", "message", "origin")

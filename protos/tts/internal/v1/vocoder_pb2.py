@@ -26,7 +26,7 @@ from protos.tts.internal.v1 import common_pb2 as protos_dot_tts_dot_internal_dot
 from protos.tts.v1 import tts_pb2 as protos_dot_tts_dot_v1_dot_tts__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$protos/tts/internal/v1/vocoder.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x17protos/tts/v1/tts.proto\"\xd8\x01\n\x11GenerationSummary\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.tts.v1.FinishReason\x12\x12\n\nnum_frames\x18\x02 \x01(\r\x12\x19\n\x11num_prompt_tokens\x18\x03 \x01(\r\x12\x17\n\x0fnum_text_tokens\x18\x04 \x01(\r\x12\x10\n\x08queue_ms\x18\x05 \x01(\x02\x12\x12\n\nprefill_ms\x18\x06 \x01(\x02\x12\x16\n\x0e\x66irst_frame_ms\x18\x07 \x01(\x02\x12\x10\n\x08total_ms\x18\x08 \x01(\x02\"\xcb\x01\n\x0b\x46ramesEntry\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x12\n\nrow_offset\x18\x03 \x01(\r\x12\x12\n\nnum_frames\x18\x04 \x01(\r\x12\x1a\n\x12num_context_frames\x18\x05 \x01(\r\x12\x10\n\x08is_final\x18\x06 \x01(\x08\x12\x10\n\x08reply_to\x18\x07 \x01(\t\x12\x33\n\x07summary\x18\x08 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"z\n\x0b\x46ramesChunk\x12\x11\n\ttalker_id\x18\x01 \x01(\t\x12-\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1c.tts.internal.v1.FramesEntry\x12)\n\x05\x61rray\x18\x03 \x01(\x0b\x32\x1a.tts.internal.v1.ArraySpec\"Y\n\x0c\x43hunkTimings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x02\x12\x11\n\tdecode_ms\x18\x02 \x01(\x02\x12\x12\n\nbatch_size\x18\x03 \x01(\r\x12\x10\n\x08is_graph\x18\x04 \x01(\x08\"\xa8\x02\n\x08PcmChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x15\n\rsample_offset\x18\x03 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x04 \x01(\r\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12\x12\n\nnum_frames\x18\x06 \x01(\r\x12\x10\n\x08is_final\x18\x07 \x01(\x08\x12.\n\x07timings\x18\x08 \x01(\x0b\x32\x1d.tts.internal.v1.ChunkTimings\x12\x36\n\ngeneration\x18\t \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\x12)\n\x05\x61rray\x18\n \x01(\x0b\x32\x1a.tts.internal.v1.ArraySpecb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$protos/tts/internal/v1/vocoder.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x17protos/tts/v1/tts.proto\"\xd8\x01\n\x11GenerationSummary\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.tts.v1.FinishReason\x12\x12\n\nnum_frames\x18\x02 \x01(\r\x12\x19\n\x11num_prompt_tokens\x18\x03 \x01(\r\x12\x17\n\x0fnum_text_tokens\x18\x04 \x01(\r\x12\x10\n\x08queue_ms\x18\x05 \x01(\x02\x12\x12\n\nprefill_ms\x18\x06 \x01(\x02\x12\x16\n\x0e\x66irst_frame_ms\x18\x07 \x01(\x02\x12\x10\n\x08total_ms\x18\x08 \x01(\x02\"^\n\nFramesOpen\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08reply_to\x18\x03 \x01(\t\x12\x1a\n\x12num_context_frames\x18\x04 \x01(\r\"R\n\x0b\x46ramesClose\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x33\n\x07summary\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"\xc2\x01\n\x0b\x46ramesChunk\x12\x11\n\ttalker_id\x18\x01 \x01(\t\x12*\n\x05opens\x18\x04 \x03(\x0b\x32\x1b.tts.internal.v1.FramesOpen\x12,\n\x06\x63loses\x18\x05 \x03(\x0b\x32\x1c.tts.internal.v1.FramesClose\x12*\n\x06\x61rrays\x18\x06 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpecJ\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04R\x07\x65ntriesR\x05\x61rray\"W\n\x08PcmFinal\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\r\x12\x36\n\ngeneration\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"\x8e\x01\n\x08PcmBatch\x12\x16\n\x0esample_rate_hz\x18\x01 \x01(\r\x12\x13\n\x0brequest_ids\x18\x02 \x03(\t\x12)\n\x06\x66inals\x18\x03 \x03(\x0b\x32\x19.tts.internal.v1.PcmFinal\x12*\n\x06\x61rrays\x18\x04 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpecb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATIONSUMMARY']._serialized_start=120
   _globals['_GENERATIONSUMMARY']._serialized_end=336
-  _globals['_FRAMESENTRY']._serialized_start=339
-  _globals['_FRAMESENTRY']._serialized_end=542
-  _globals['_FRAMESCHUNK']._serialized_start=544
-  _globals['_FRAMESCHUNK']._serialized_end=666
-  _globals['_CHUNKTIMINGS']._serialized_start=668
-  _globals['_CHUNKTIMINGS']._serialized_end=757
-  _globals['_PCMCHUNK']._serialized_start=760
-  _globals['_PCMCHUNK']._serialized_end=1056
+  _globals['_FRAMESOPEN']._serialized_start=338
+  _globals['_FRAMESOPEN']._serialized_end=432
+  _globals['_FRAMESCLOSE']._serialized_start=434
+  _globals['_FRAMESCLOSE']._serialized_end=516
+  _globals['_FRAMESCHUNK']._serialized_start=519
+  _globals['_FRAMESCHUNK']._serialized_end=713
+  _globals['_PCMFINAL']._serialized_start=715
+  _globals['_PCMFINAL']._serialized_end=802
+  _globals['_PCMBATCH']._serialized_start=805
+  _globals['_PCMBATCH']._serialized_end=947
 # @@protoc_insertion_point(module_scope)

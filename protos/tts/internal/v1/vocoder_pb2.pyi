@@ -28,68 +28,54 @@ class GenerationSummary(_message.Message):
     total_ms: float
     def __init__(self, finish_reason: _Optional[_Union[_tts_pb2.FinishReason, str]] = ..., num_frames: _Optional[int] = ..., num_prompt_tokens: _Optional[int] = ..., num_text_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
-class FramesEntry(_message.Message):
-    __slots__ = ("request_id", "seq", "row_offset", "num_frames", "num_context_frames", "is_final", "reply_to", "summary")
+class FramesOpen(_message.Message):
+    __slots__ = ("handle", "request_id", "reply_to", "num_context_frames")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    ROW_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
-    NUM_CONTEXT_FRAMES_FIELD_NUMBER: _ClassVar[int]
-    IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     REPLY_TO_FIELD_NUMBER: _ClassVar[int]
-    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONTEXT_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    handle: int
     request_id: str
-    seq: int
-    row_offset: int
-    num_frames: int
-    num_context_frames: int
-    is_final: bool
     reply_to: str
+    num_context_frames: int
+    def __init__(self, handle: _Optional[int] = ..., request_id: _Optional[str] = ..., reply_to: _Optional[str] = ..., num_context_frames: _Optional[int] = ...) -> None: ...
+
+class FramesClose(_message.Message):
+    __slots__ = ("handle", "summary")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    handle: int
     summary: GenerationSummary
-    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., row_offset: _Optional[int] = ..., num_frames: _Optional[int] = ..., num_context_frames: _Optional[int] = ..., is_final: _Optional[bool] = ..., reply_to: _Optional[str] = ..., summary: _Optional[_Union[GenerationSummary, _Mapping]] = ...) -> None: ...
+    def __init__(self, handle: _Optional[int] = ..., summary: _Optional[_Union[GenerationSummary, _Mapping]] = ...) -> None: ...
 
 class FramesChunk(_message.Message):
-    __slots__ = ("talker_id", "entries", "array")
+    __slots__ = ("talker_id", "opens", "closes", "arrays")
     TALKER_ID_FIELD_NUMBER: _ClassVar[int]
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    OPENS_FIELD_NUMBER: _ClassVar[int]
+    CLOSES_FIELD_NUMBER: _ClassVar[int]
+    ARRAYS_FIELD_NUMBER: _ClassVar[int]
     talker_id: str
-    entries: _containers.RepeatedCompositeFieldContainer[FramesEntry]
-    array: _common_pb2.ArraySpec
-    def __init__(self, talker_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[FramesEntry, _Mapping]]] = ..., array: _Optional[_Union[_common_pb2.ArraySpec, _Mapping]] = ...) -> None: ...
+    opens: _containers.RepeatedCompositeFieldContainer[FramesOpen]
+    closes: _containers.RepeatedCompositeFieldContainer[FramesClose]
+    arrays: _containers.RepeatedCompositeFieldContainer[_common_pb2.ArraySpec]
+    def __init__(self, talker_id: _Optional[str] = ..., opens: _Optional[_Iterable[_Union[FramesOpen, _Mapping]]] = ..., closes: _Optional[_Iterable[_Union[FramesClose, _Mapping]]] = ..., arrays: _Optional[_Iterable[_Union[_common_pb2.ArraySpec, _Mapping]]] = ...) -> None: ...
 
-class ChunkTimings(_message.Message):
-    __slots__ = ("queue_ms", "decode_ms", "batch_size", "is_graph")
-    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
-    DECODE_MS_FIELD_NUMBER: _ClassVar[int]
-    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
-    IS_GRAPH_FIELD_NUMBER: _ClassVar[int]
-    queue_ms: float
-    decode_ms: float
-    batch_size: int
-    is_graph: bool
-    def __init__(self, queue_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., batch_size: _Optional[int] = ..., is_graph: _Optional[bool] = ...) -> None: ...
-
-class PcmChunk(_message.Message):
-    __slots__ = ("request_id", "seq", "sample_offset", "num_samples", "sample_rate_hz", "num_frames", "is_final", "timings", "generation", "array")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
-    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
-    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
-    IS_FINAL_FIELD_NUMBER: _ClassVar[int]
-    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+class PcmFinal(_message.Message):
+    __slots__ = ("chunk_index", "generation")
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
-    ARRAY_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    seq: int
-    sample_offset: int
-    num_samples: int
-    sample_rate_hz: int
-    num_frames: int
-    is_final: bool
-    timings: ChunkTimings
+    chunk_index: int
     generation: GenerationSummary
-    array: _common_pb2.ArraySpec
-    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., num_frames: _Optional[int] = ..., is_final: _Optional[bool] = ..., timings: _Optional[_Union[ChunkTimings, _Mapping]] = ..., generation: _Optional[_Union[GenerationSummary, _Mapping]] = ..., array: _Optional[_Union[_common_pb2.ArraySpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, chunk_index: _Optional[int] = ..., generation: _Optional[_Union[GenerationSummary, _Mapping]] = ...) -> None: ...
+
+class PcmBatch(_message.Message):
+    __slots__ = ("sample_rate_hz", "request_ids", "finals", "arrays")
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINALS_FIELD_NUMBER: _ClassVar[int]
+    ARRAYS_FIELD_NUMBER: _ClassVar[int]
+    sample_rate_hz: int
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    finals: _containers.RepeatedCompositeFieldContainer[PcmFinal]
+    arrays: _containers.RepeatedCompositeFieldContainer[_common_pb2.ArraySpec]
+    def __init__(self, sample_rate_hz: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., finals: _Optional[_Iterable[_Union[PcmFinal, _Mapping]]] = ..., arrays: _Optional[_Iterable[_Union[_common_pb2.ArraySpec, _Mapping]]] = ...) -> None: ...
