@@ -158,15 +158,17 @@ class TalkerServer:
     # ---- receive -----------------------------------------------------------------------------
     def receive(self, timeout_ms: int) -> None:
         ready = dict(self.poller.poll(timeout_ms))
+        # Vocoders first: after a long step their heartbeats wait here, and a START read before
+        # them would judge every vocoder on stale news ("no healthy vocoder").
+        for link in self.vocoders.links:
+            if link.socket in ready:
+                self.receive_from_vocoder(link)
         for _ in range(self.config.max_messages_per_poll):
             try:
                 frames = self.recv_from_gateways.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             self.dispatch_gateway(frames[0].bytes, frames[1:])
-        for link in self.vocoders.links:
-            if link.socket in ready:
-                self.receive_from_vocoder(link)
 
     def dispatch_gateway(self, identity: bytes, body: list) -> None:
         now_s = time.monotonic()
