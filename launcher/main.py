@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from launcher.processes import Child
 from launcher.supervisor import CrashLoop, RestartPolicy, Supervisor
+from service_common.memory_sizing import shared_gpu_fractions
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,22 @@ PINS = {
 }
 
 
+def memory_share(device: str, role: str) -> list[str]:
+    """Talker and vocoder share the launcher's one GPU: each gets its part (a --<role>-arg given
+    later on the command line still wins)."""
+    if not device.startswith("cuda"):
+        return []
+    return ["--gpu-memory-fraction", str(shared_gpu_fractions()[role])]
+
+
+def stream_limit(talker_info: dict) -> list[str]:
+    """The gateway admits what the talker can hold: its slots plus its queue; beyond that a call
+    is refused RESOURCE_EXHAUSTED at once instead of queueing where nothing can serve it."""
+    if "max_slots" not in talker_info:
+        return []
+    return ["--max-streams", str(talker_info["max_slots"] + talker_info["max_queued"])]
+
+
 def write_ready(path: str | None, ready: dict, children: list[Child]) -> None:
     if not path:
         return
@@ -117,14 +134,17 @@ def run(args) -> int:
     common = ["--model", str(model_dir), "--device", args.device, "--bind", "tcp://127.0.0.1:*", "--grpc-port", "0"]
     children: list[Child] = []
     try:
-        vocoder = Child("vocoder", "vocoder_service", common + args.vocoder_arg, work_dir)
+        vocoder = Child("vocoder", "vocoder_service", common + memory_share(args.device, "vocoder") + args.vocoder_arg,
+                        work_dir)
         children.append(vocoder)
         codes_endpoint = vocoder.wait_ready(deadline_s, stop.is_set)["codes_endpoint"]
-        talker = Child("talker", "talker_service", common + ["--vocoders", codes_endpoint] + args.talker_arg, work_dir)
+        talker = Child("talker", "talker_service", common + memory_share(args.device, "talker") +
+                       ["--vocoders", codes_endpoint] + args.talker_arg, work_dir)
         children.append(talker)
-        requests_endpoint = talker.wait_ready(deadline_s, stop.is_set)["requests_endpoint"]
+        talker_info = talker.wait_ready(deadline_s, stop.is_set)
         gateway = Child("gateway", "gateway", [
-            "--model", str(model_dir), "--model-name", Path(args.model).name, "--talkers", requests_endpoint,
+            "--model", str(model_dir), "--model-name", Path(args.model).name,
+            "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info),
             "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
             "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
         children.append(gateway)

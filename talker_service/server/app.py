@@ -22,6 +22,7 @@ from talker_service.server.admin import TalkerAdminServicer, side_port
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.loop import TalkerServer
+from talker_service.server.sizing import sized_config
 from talker_service.server.start import StartReader
 from talker_service.server.voice_jobs import VoiceEncoding
 
@@ -36,6 +37,7 @@ def load_engine(config: TalkerServiceConfig) -> tuple[TalkerEngine, dict]:
     if config.cpu_threads:
         torch.set_num_threads(config.cpu_threads)
     model_dir = resolve_model_dir(config.model)
+    config = sized_config(config, model_dir)
     runner = ModelRunner.from_checkpoint(model_dir, config.engine_config(), config.device,
                                          DTYPES[config.resolved_dtype()])
     path = model_dir / "generation_config.json"
@@ -66,7 +68,9 @@ def serve(config: TalkerServiceConfig) -> int:
         servicer.bind_model(vocab, load_text_tokenizer(model_dir), generation, config.max_text_tokens)
         admin_server.set_serving(True)
         info = {"requests_endpoint": server.endpoint, "grpc_port": admin_server.port, "peer_id": server.peer_id,
-                "pid": os.getpid(), "vocoders": config.vocoder_endpoints()}
+                "pid": os.getpid(), "vocoders": config.vocoder_endpoints(),
+                # what it was sized to: the launcher sizes the gateway's stream limit from these
+                "max_slots": engine.config.max_slots, "max_queued": engine.config.max_queued}
         announce_ready("talker", info, config.ready_file)
         server.run()
         return 0

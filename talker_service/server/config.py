@@ -9,6 +9,9 @@ from service_common.endpoints import check_endpoint
 from talker_service.engine import EngineConfig
 
 
+CPU_DEFAULT_SLOTS = 8
+
+
 @dataclass
 class TalkerServiceConfig:
     # --- model and device
@@ -25,10 +28,12 @@ class TalkerServiceConfig:
     peer_id: str = ""                    # empty: talker@<host>:<pid>
     ready_file: str = ""                 # written (JSON endpoints) once SERVING
     # --- engine
-    max_slots: int = 8
+    max_slots: int = 0                   # streams generating at once; 0: from GPU memory on CUDA (up to 256), 8 on CPU
     max_seq_len: int = 2048
     max_prefill_batch: int = 8
-    max_queued: int = 64
+    max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
+    gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
+                                         # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
     decode_graphs: str = "auto"          # auto: one CUDA graph per decode bucket on CUDA, eager on CPU; or off
@@ -53,7 +58,7 @@ class TalkerServiceConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("max_slots", "max_seq_len", "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll",
+        for name in ("max_seq_len", "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll",
                      "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -63,6 +68,11 @@ class TalkerServiceConfig:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.debug_step_delay_s < 0:
             problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
+        for name in ("max_slots", "max_queued"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")
+        if not 0.0 <= self.gpu_memory_fraction < 1.0:
+            problems.append(f"gpu_memory_fraction must be in [0, 1) (0: auto), got {self.gpu_memory_fraction}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
         if not self.vocoder_endpoints():
@@ -81,8 +91,10 @@ class TalkerServiceConfig:
         return [part.strip() for part in self.vocoders.split(",") if part.strip()]
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(max_slots=self.max_slots, max_seq_len=self.max_seq_len,
-                            max_prefill_batch=self.max_prefill_batch, max_queued=self.max_queued,
+        # auto sizes are resolved before the engine starts (server/sizing.py); the CPU figures stand
+        # in for them when this config is only being validated
+        return EngineConfig(max_slots=self.max_slots or CPU_DEFAULT_SLOTS, max_seq_len=self.max_seq_len,
+                            max_prefill_batch=self.max_prefill_batch, max_queued=self.max_queued or 64,
                             batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
                             decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
                             graph_max_batch=self.graph_max_batch, kv_memory_fraction=self.kv_memory_fraction)

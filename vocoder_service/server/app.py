@@ -14,6 +14,7 @@ import os
 import torch
 
 from checkpoint.files import resolve_model_dir
+from service_common.memory_sizing import graph_budget_within, resolved_fraction
 from service_common.process import StopSignal, announce_ready
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin import VocoderAdminServicer, side_port
@@ -23,17 +24,37 @@ from vocoder_service.server.loop import VocoderServer
 
 logger = logging.getLogger(__name__)
 
+AUTO_CPU_GRAPH_BUDGET_BYTES = 4 * 2**30   # CPU "graphs" are emulated eager steps; only the cap applies
+
 
 def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     if config.cpu_threads:
         torch.set_num_threads(config.cpu_threads)
     model_dir = resolve_model_dir(config.model)
-    runner = DecoderRunner.from_pretrained(model_dir, config.max_slots, config.device, config.resolved_dtype())
+    runner = DecoderRunner.from_pretrained(model_dir, config.resolved_max_slots(), config.device,
+                                           config.resolved_dtype())
     if config.use_graphs:
         body = runner.compiled_step() if config.compile_step else None
-        runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(),
-                              int(config.graph_memory_budget_mb * 2**20), body=body)
+        runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(), graph_budget_bytes(config),
+                              body=body)
     return runner
+
+
+def graph_budget_bytes(config: VocoderServiceConfig) -> int:
+    """The configured graph budget, or (auto, CUDA) what this process's GPU share leaves once the
+    weights and slot state are in: captures beyond it are skipped (and fall back to eager)."""
+    if config.graph_memory_budget_mb > 0:
+        return int(config.graph_memory_budget_mb * 2**20)
+    if not config.device.startswith("cuda"):
+        return AUTO_CPU_GRAPH_BUDGET_BYTES
+    device = torch.device(config.device)
+    free_bytes, total_bytes = torch.cuda.mem_get_info(device)
+    held_bytes = torch.cuda.memory_reserved(device)
+    budget_bytes = graph_budget_within(total_bytes=total_bytes, free_bytes=free_bytes, held_bytes=held_bytes,
+                                       fraction=config.gpu_memory_fraction)
+    logger.info("vocoder graph budget %.1f GiB (%.2f of %.1f GiB, %.1f GiB held)", budget_bytes / 2**30,
+                resolved_fraction(config.gpu_memory_fraction), total_bytes / 2**30, held_bytes / 2**30)
+    return budget_bytes
 
 
 def serve(config: VocoderServiceConfig) -> int:

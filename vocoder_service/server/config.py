@@ -9,8 +9,12 @@ import os
 import socket
 from dataclasses import dataclass
 
+from service_common.memory_sizing import MAX_AUTO_SLOTS
 from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
+
+
+CPU_DEFAULT_SLOTS = 64
 
 
 @dataclass
@@ -28,7 +32,9 @@ class VocoderServiceConfig:
     peer_id: str = ""                    # empty: vocoder@<host>:<pid>
     ready_file: str = ""                 # written (JSON endpoints) once SERVING
     # --- engine
-    max_slots: int = 64
+    max_slots: int = 0                   # streams decoded at once; 0: 256 on CUDA (a few MB of state each), 64 on CPU
+    gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
+                                         # passes 0.3 when the talker shares the GPU)
     first_chunk_frames: int = 2
     steady_chunk_frames: int = 25
     max_wait_ms: float = 200.0
@@ -41,7 +47,7 @@ class VocoderServiceConfig:
     use_graphs: bool = True
     capture_batch_sizes: tuple[int, ...] = ()   # empty: powers of two up to max_slots
     capture_frame_sizes: tuple[int, ...] = ()   # empty: the chunk policy's frame buckets
-    graph_memory_budget_mb: float = 4096.0
+    graph_memory_budget_mb: float = 0.0  # 0: what gpu_memory_fraction leaves after weights and state
     compile_step: bool = False           # torch.compile each captured shape (~1 min each at start-up)
     # --- transport and loop
     heartbeat_interval_ms: int = 1000    # sent from a thread of their own, whatever the decode step costs
@@ -64,14 +70,19 @@ class VocoderServiceConfig:
 
     def validate(self) -> None:
         problems = []
-        for name in ("max_slots", "first_chunk_frames", "steady_chunk_frames", "max_pending_frames",
+        for name in ("first_chunk_frames", "steady_chunk_frames", "max_pending_frames",
                      "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll", "router_rcv_hwm",
                      "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("talker_timeout_s", "admin_timeout_s", "graph_memory_budget_mb", "max_step_stall_s"):
+        for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_slots < 0 or self.graph_memory_budget_mb < 0:
+            problems.append(f"max_slots and graph_memory_budget_mb must be >= 0 (0: auto), got {self.max_slots} "
+                            f"and {self.graph_memory_budget_mb}")
+        if not 0.0 <= self.gpu_memory_fraction < 1.0:
+            problems.append(f"gpu_memory_fraction must be in [0, 1) (0: auto), got {self.gpu_memory_fraction}")
         if self.debug_step_delay_s < 0:
             problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
         if self.cpu_threads < 0:
@@ -86,12 +97,17 @@ class VocoderServiceConfig:
             raise ValueError("invalid vocoder config: " + "; ".join(problems))
         self.chunk_policy()  # raises on an inconsistent chunk ramp
 
+    def resolved_max_slots(self) -> int:
+        if self.max_slots:
+            return self.max_slots
+        return MAX_AUTO_SLOTS if self.device.startswith("cuda") else CPU_DEFAULT_SLOTS
+
     def chunk_policy(self) -> ChunkPolicy:
         return ChunkPolicy(self.first_chunk_frames, self.steady_chunk_frames, self.max_wait_ms)
 
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
-            max_slots=self.max_slots, chunk=self.chunk_policy(),
+            max_slots=self.resolved_max_slots(), chunk=self.chunk_policy(),
             launch_cost_row_frames=self.launch_cost_row_frames, talker_timeout_s=self.talker_timeout_s,
             max_pending_frames=self.max_pending_frames, max_context_frames=self.max_context_frames,
             sample_rate_hz=sample_rate_hz, samples_per_frame=samples_per_frame,
@@ -106,7 +122,7 @@ class VocoderServiceConfig:
         return self.peer_id or f"vocoder@{socket.gethostname()}:{os.getpid()}"
 
     def graph_batch_sizes(self) -> list[int]:
-        return sorted(set(self.capture_batch_sizes)) or batch_buckets(self.max_slots)
+        return sorted(set(self.capture_batch_sizes)) or batch_buckets(self.resolved_max_slots())
 
     def graph_frame_sizes(self) -> list[int]:
         return sorted(set(self.capture_frame_sizes)) or self.chunk_policy().frame_buckets()
