@@ -92,3 +92,43 @@ def test_worker_answers_prompts_and_errors_and_bounds_the_queue(synth):
     assert xvec.encoded.prompt.x_vector_only and not xvec.encoded.prompt.reference_codes
     np.testing.assert_allclose(xvec.encoded.prompt.speaker_embedding, prompt.speaker_embedding, atol=0)
     assert silent.error.code == "INVALID_ARGUMENT" and "silent" in silent.error.message.lower()
+
+
+def test_a_repeated_clip_is_encoded_once_and_equals_a_fresh_encoding(synth):
+    voices = encoding(synth)
+    audio = reference_audio()
+    other = (reference_audio() * 0.5).astype(np.float32)   # another clip: another voice
+    with one_cpu_thread():
+        voices.submit(b"gw", request("first"), audio)
+        voices.submit(b"gw", request("twin"), audio)        # queued before the first finished
+        first = answers(voices, 2)
+        voices.submit(b"gw", request("again"), audio)       # answered from the cache, at once
+        again = voices.take_finished()
+        voices.submit(b"gw", request("xvec", x_vector_only=True), audio)   # another mode: not a hit
+        voices.submit(b"gw", request("other-text", text_ids=(9, 9)), audio)  # another transcript
+        voices.submit(b"gw", request("other-clip"), other)
+        rest = answers(voices, 3)
+        fresh = encoding(synth, max_cached=0)
+        fresh.submit(b"gw", request("fresh"), audio)
+        fresh_prompt = answers(fresh, 1)["fresh"].encoded.prompt
+    voices.close()
+    fresh.close()
+    assert voices.num_encoded == 4 and fresh.num_encoded == 1   # first, xvec, other-text, other-clip
+    assert [a.request_id for a in again] == ["again"] and again[0].encoded.encode_ms == 0.0
+    for prompt in (first["first"].encoded.prompt, first["twin"].encoded.prompt, again[0].encoded.prompt):
+        assert prompt == fresh_prompt
+    assert rest["xvec"].encoded.prompt.x_vector_only
+    assert list(rest["other-text"].encoded.prompt.reference_text_token_ids) == [9, 9]
+    assert rest["other-clip"].encoded.prompt.speaker_embedding != fresh_prompt.speaker_embedding
+    assert voices.num_pending == 0 and voices.cache.num_hits == 2
+
+
+def test_the_cache_is_bounded_and_hands_out_copies():
+    from talker_service.server.voice_cache import VoiceCache
+    cache = VoiceCache(2)
+    for key in (b"a", b"b", b"c"):
+        cache.put(key, talker_pb2.VoicePrompt(model=key.decode()))
+    assert len(cache) == 2 and cache.get(b"a") is None and cache.get(b"c").model == "c"
+    got = cache.get(b"b")
+    got.model = "changed"
+    assert cache.get(b"b").model == "b"

@@ -61,7 +61,8 @@ def serve(config: TalkerServiceConfig) -> int:
         reader = StartReader(vocab, model.config.hidden_size, int(generation.get("max_new_tokens", 2048)),
                              config.max_text_tokens, max_seq_len=engine.config.max_seq_len)
         voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
-                               model.device, model.dtype)
+                               model.device, model.dtype, max_pending=config.max_voice_encodings,
+                               max_cached=config.max_cached_voices)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         stop.attach(server.request_stop)
         from checkpoint.text_tokenizer import load_text_tokenizer

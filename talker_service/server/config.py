@@ -35,6 +35,8 @@ class TalkerServiceConfig:
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
+    max_voice_encodings: int = 64        # clone references queued or encoding; beyond: RESOURCE_EXHAUSTED
+    max_cached_voices: int = 256         # encoded references kept by content hash (0: none)
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
     decode_graphs: str = "auto"          # auto: one CUDA graph per decode bucket on CUDA, eager on CPU; or off
     context_buckets: tuple[int, ...] = ()  # attention context per decode graph; empty: max_seq_len only
@@ -58,7 +60,7 @@ class TalkerServiceConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("max_seq_len", "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll",
+        for name in ("max_seq_len", "heartbeat_interval_ms", "max_voice_encodings", "poll_ms", "max_messages_per_poll",
                      "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -68,7 +70,7 @@ class TalkerServiceConfig:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.debug_step_delay_s < 0:
             problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
-        for name in ("max_slots", "max_queued"):
+        for name in ("max_slots", "max_queued", "max_cached_voices"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")
         if not 0.0 <= self.gpu_memory_fraction < 1.0:

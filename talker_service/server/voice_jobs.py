@@ -4,9 +4,12 @@ Encoding runs the speaker encoder (and, for in-context cloning, the codec encode
 `max_duration_s` of audio: far longer than a decode step, so it never runs on the loop thread.
 The loop checks the request at once (model, sizes, capacity) and answers refusals itself; the
 worker loads both encoders on its first job (Base checkpoints only, once) and hands finished
-answers back through `take_finished()`, which the loop drains every iteration. At most
-`max_pending` encodings are queued or running; beyond that the request is refused with
-RESOURCE_EXHAUSTED instead of waiting without bound. `VoiceRequests` is the loop's side: the
+answers back through `take_finished()`, which the loop drains every iteration. A clip encoded
+before (same content, mode and transcript: `VoiceCache`) is answered from the cache at once on
+the loop thread, and checked again by the worker, so a burst of one clip is encoded once. At most
+`max_pending` encodings are queued or running (64: a burst of clone requests waits its turn, as
+vllm-omni's refusal-free path does); beyond that the request is refused with RESOURCE_EXHAUSTED
+instead of waiting without bound. `VoiceRequests` is the loop's side: the
 ENCODE_VOICE handler and the answers sent back to each gateway.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ from protos import wire
 from protos.tts.internal.v1 import talker_pb2
 from talker_service.engine import EngineError
 from talker_service.server.outbox import Outbox
+from talker_service.server.voice_cache import VoiceCache, voice_key
 from talker_service.voice.builder import build_clone_prompt
 from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio
 
@@ -37,6 +41,7 @@ class VoiceJob:
     identity: bytes                       # the gateway's ROUTER identity: the answer goes back there
     request: talker_pb2.EncodeVoice
     audio: np.ndarray                     # [num_samples] float32 at request.sample_rate_hz
+    key: bytes = b""                      # VoiceCache key of (audio, rate, mode, transcript)
 
 
 @dataclass
@@ -50,7 +55,8 @@ class VoiceAnswer:
 class VoiceEncoding:
     def __init__(self, model_dir: str | Path | None, model_type: str, model_name: str, hidden_size: int,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_pending: int = 4) -> None:
+                 limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_pending: int = 64,
+                 max_cached: int = 256) -> None:
         self.model_dir = model_dir
         self.model_type = model_type
         self.model_name = model_name
@@ -59,6 +65,7 @@ class VoiceEncoding:
         self.dtype = dtype
         self.limits = limits
         self.max_pending = max_pending
+        self.cache = VoiceCache(max_cached)
         self._encoders = None             # (speaker, codec), loaded by the worker on first use
         self._jobs: queue.Queue[VoiceJob | None] = queue.Queue()
         self._answers: queue.SimpleQueue[VoiceAnswer] = queue.SimpleQueue()
@@ -71,6 +78,14 @@ class VoiceEncoding:
     def submit(self, identity: bytes, request: talker_pb2.EncodeVoice, audio: np.ndarray | None) -> None:
         """Queue one encoding; EngineError (answered by the caller) when it is refused at once."""
         self.check(request, audio)
+        key = voice_key(request, audio)
+        cached = self.cache.get(key)
+        if cached is not None:   # answered through the same queue, so answers keep one path
+            self._num_pending += 1
+            self._answers.put(VoiceAnswer(identity, request.request_id, encoded=talker_pb2.VoiceEncoded(
+                request_id=request.request_id, prompt=cached, encode_ms=0.0)))
+            logger.info("request %s: voice answered from the cache", request.request_id)
+            return
         if self._num_pending >= self.max_pending:
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request.request_id!r}: {self._num_pending} voice "
                                                     "encodings already in progress; retry later")
@@ -78,7 +93,7 @@ class VoiceEncoding:
             self._worker = threading.Thread(target=self._run, name="voice-encoder", daemon=True)
             self._worker.start()
         self._num_pending += 1
-        self._jobs.put(VoiceJob(identity, request, np.array(audio, dtype=np.float32)))   # copy: the frame is reused
+        self._jobs.put(VoiceJob(identity, request, np.array(audio, dtype=np.float32), key))   # copy: the frame is reused
         logger.info("request %s: voice encoding queued (%.2f s of audio at %d Hz, %s)", request.request_id,
                     len(audio) / request.sample_rate_hz, request.sample_rate_hz,
                     "x-vector only" if request.x_vector_only else "in-context")
@@ -136,9 +151,12 @@ class VoiceEncoding:
             rid = job.request.request_id
             started_s = time.perf_counter()
             try:
-                prompt = self.encode(job.request, job.audio)
+                prompt = self.cache.get(job.key)   # the same clip may have been queued twice
+                if prompt is None:
+                    prompt = self.encode(job.request, job.audio)
+                    self.cache.put(job.key, prompt)
+                    self.num_encoded += 1
                 encode_ms = (time.perf_counter() - started_s) * 1e3
-                self.num_encoded += 1
                 answer = VoiceAnswer(job.identity, rid, encoded=talker_pb2.VoiceEncoded(
                     request_id=rid, prompt=prompt, encode_ms=encode_ms))
                 logger.info("request %s: voice encoded in %.0f ms (%d reference frames)", rid, encode_ms,
