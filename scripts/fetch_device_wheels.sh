@@ -3,7 +3,8 @@
 # transformers, safetensors, numpy, grpcio, protobuf, but nothing can be installed from an index
 # there). Downloads them into .whl/ (git-ignored; carry it with the device call), for the image's
 # CPython 3.12 on x86_64. benchmarks/run_gpu_suite.sh installs them from there with --no-index.
-# Only what the benchmark paths import: librosa (speed change, voice cloning) is left out on purpose.
+# What the benchmark paths import, voice cloning included: librosa (resampling, mel filters) and
+# the pure-Python packages it needs that the image lacks (it has numba, scipy, scikit-learn).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -14,5 +15,6 @@ common=(--only-binary=:all: --no-deps --dest .whl --python-version 3.12 --implem
 "$PY" -m pip download "${common[@]}" \
   "pyzmq==27.3.0" "grpcio==1.85.1" "grpcio-health-checking==1.85.1" "grpcio-reflection==1.85.1" \
   "protobuf==7.35.1" "soundfile>=0.12" "cffi>=1.17" "pycparser" "soxr>=0.3" "prometheus_client>=0.20" \
-  "pytest-timeout==2.4.0" "pytest>=8" "pluggy>=1.5" "iniconfig" "packaging"
+  "pytest-timeout==2.4.0" "pytest>=8" "pluggy>=1.5" "iniconfig" "packaging" \
+  "librosa>=0.10" "audioread" "pooch" "decorator" "lazy_loader" "msgpack" "platformdirs"
 du -sh .whl && ls .whl
