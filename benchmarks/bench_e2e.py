@@ -27,16 +27,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from client import TtsClient, make_config  # noqa: E402
-from protos.tts.v1 import config_pb2  # noqa: E402
+from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
+from client import TtsClient  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "green forest where nobody can see it anymore.")
 
 
-async def one_stream(client: TtsClient, seed: int, args) -> dict:
-    cfg = make_config(args.voice, language="english", encoding=config_pb2.AUDIO_ENCODING_PCM16, seed=seed,
-                      max_frames=args.frames, min_frames=args.frames)
+async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor) -> dict:
+    cfg = config_for(seed, args.frames)
     t0 = time.monotonic()
     first_s, summary = None, None
     words = TEXT.split(" ")
@@ -53,7 +52,8 @@ async def one_stream(client: TtsClient, seed: int, args) -> dict:
 
 async def level(target: str, concurrency: int, args) -> dict:
     async with TtsClient(target) as client:
-        await one_stream(client, 0, args)  # warm-up
+        config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips)
+        await one_stream(client, 0, args, config_for)  # warm-up
         t0 = time.monotonic()
         total = args.streams_per_level or 2 * concurrency
         queue = list(range(total))
@@ -62,7 +62,7 @@ async def level(target: str, concurrency: int, args) -> dict:
         async def worker():
             while queue:
                 seed = queue.pop()
-                results.append(await one_stream(client, 1000 + seed, args))
+                results.append(await one_stream(client, 1000 + seed, args, config_for))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall_s = time.monotonic() - t0
@@ -94,7 +94,11 @@ def main() -> int:
     p.add_argument("--target", help="a running gateway host:port (default: start the stack)")
     p.add_argument("--model", default="tiny")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--voice", default="vivian")
+    p.add_argument("--voice", default="vivian", help="speaker of the custom-voice workload")
+    p.add_argument("--workload", default="custom-voice", choices=WORKLOADS,
+                   help="how each request picks its voice (benchmarks/e2e_workloads.py); the model must match")
+    p.add_argument("--distinct-clips", action="store_true",
+                   help="clone workloads: a different reference clip per stream (no encoding cache hits)")
     p.add_argument("--concurrency", default="1,4,16,64,128,256")
     p.add_argument("--frames", type=int, default=125, help="frames per utterance (125 = 10 s of audio)")
     p.add_argument("--streams-per-level", type=int, default=0, help="streams per level (default 2x concurrency)")
@@ -105,12 +109,14 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="CPU, tiny model, concurrency 1,2, 8 frames")
     args = p.parse_args()
     if args.smoke:
-        args.model, args.device, args.concurrency, args.frames = "tiny", "cpu", "1,2", 8
+        args.model = "tiny-" + MODEL_TYPES[args.workload].replace("_", "-")
+        args.device, args.concurrency, args.frames = "cpu", "1,2", 8
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
     proc = None
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    args.work_dir = work
     try:
         target = args.target
         if not target:
@@ -131,6 +137,7 @@ def main() -> int:
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                  text=True).stdout.strip().splitlines()[0:1]
         result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
+                  "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "text": TEXT, "levels": rows}
         out = args.out or str(work / "bench_e2e.json")
         Path(out).write_text(json.dumps(result, indent=1))

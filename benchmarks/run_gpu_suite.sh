@@ -9,6 +9,8 @@
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#   e2e-clone                the Base model on one GPU, default flags: registered voice, per-request
+#                            x-vector and in-context clones (one stack), concurrency 1..64
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
 #                            vocoders GPU 1), e2e at concurrency 64 and 256
 # Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
@@ -36,6 +38,29 @@ wait_ready() {   # file, pid, seconds
     sleep 0.2
   done
   return 1
+}
+
+BASE_CKPT=${QWEN3_TTS_BENCH_BASE_CKPT:-/tmp/qwen3-tts-1b7-base-random}
+
+e2e_clone() {
+  local ready=/tmp/clone-ready.json work=/tmp/clone-work
+  [ -f "$BASE_CKPT/config.json" ] || python3 -m checkpoint.tiny --type base --size 1b7 --out "$BASE_CKPT"
+  rm -f "$ready"
+  python3 -m launcher --model "$BASE_CKPT" --device cuda --grpc-port 0 --work-dir "$work" --ready-file "$ready" \
+    --health-timeout-s 600 > "$OUT/e2e-clone-stack.log" 2>&1 &
+  local pid=$!
+  if wait_ready "$ready" "$pid" 600; then
+    local target
+    target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_target"])' "$ready")
+    for workload in registered clone-xvector clone-icl; do
+      python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload "$workload" \
+        --concurrency 1,4,8,16,32,64 --out "$OUT/e2e-clone-$workload.json" 2>&1 | tee -a "$OUT/e2e-clone.log"
+    done
+  else
+    echo "clone stack did not start; see $OUT/e2e-clone-stack.log" | tee "$OUT/e2e-clone.log"
+  fi
+  kill -TERM "$pid" 2>/dev/null; wait "$pid"
+  cp "$work"/talker.log "$OUT/e2e-clone-talker.log" 2>/dev/null
 }
 
 e2e_two_gpus() {
@@ -81,6 +106,7 @@ for w in $which; do
       install_wheels; random_checkpoint
       python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency 1,4,16,64,128,256 \
         --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
+    e2e-clone) install_wheels; e2e_clone ;;
     e2e-2gpu) install_wheels; random_checkpoint; e2e_two_gpus ;;
     *) echo "unknown benchmark $w" ;;
   esac

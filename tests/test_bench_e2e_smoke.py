@@ -13,12 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path):
+@pytest.mark.parametrize("workload", ["custom-voice", "clone-icl"])
+def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload):
     out = tmp_path / "e2e.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
+                           "--workload", workload], cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
+    assert result["workload"] == workload and result["model"] == ("tiny-base" if workload == "clone-icl" else
+                                                                   "tiny-custom-voice")
     assert [row["concurrency"] for row in result["levels"]] == [1, 2]
     for row in result["levels"]:
         assert row["num_streams"] == 2 * row["concurrency"]
