@@ -56,6 +56,9 @@ e2e_clone() {
       python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload "$workload" \
         --concurrency 1,4,8,16,32,64 --out "$OUT/e2e-clone-$workload.json" 2>&1 | tee -a "$OUT/e2e-clone.log"
     done
+    # every stream its own clip: each request is really encoded (no cache hit)
+    python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload clone-icl --distinct-clips \
+      --concurrency 1,4,8,16,32 --out "$OUT/e2e-clone-icl-distinct.json" 2>&1 | tee -a "$OUT/e2e-clone.log"
   else
     echo "clone stack did not start; see $OUT/e2e-clone-stack.log" | tee "$OUT/e2e-clone.log"
   fi
