@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
+from benchmarks.stack_stats import collect, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
@@ -122,12 +123,17 @@ def main() -> int:
         if not target:
             proc, target = start_stack(args, work)
         rows = []
+        stats_dir = None if args.target else work   # the launcher's ready files name the admin ports
         for c in args.concurrency:
+            collect(stats_dir)   # reset the services' windows: the level's stats are its own
             row = asyncio.run(level(target, c, args))
+            row["server_stats"] = collect(stats_dir)
             rows.append(row)
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
+            if row["server_stats"]:
+                print(f"       {one_line(row['server_stats'])}", flush=True)
         try:
             commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         except OSError:

@@ -1,0 +1,67 @@
+"""Where a benchmark level's time went, from the services' own counters (admin GetStats).
+
+After each e2e level the talker and the vocoder are asked for their windows (step time, batch
+sizes, graph hit rate) and the windows are reset, so each level reports only itself. Found through
+the ready files the launcher writes in its work dir; a stack given by --target has none, and then
+nothing is collected.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+
+from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
+
+STUBS = {"talker": admin_pb2_grpc.TalkerAdminStub, "vocoder": admin_pb2_grpc.VocoderAdminStub}
+
+
+def _latency(stats) -> dict:
+    return {"count": stats.count, "p50_ms": round(stats.p50_ms, 3), "p90_ms": round(stats.p90_ms, 3),
+            "max_ms": round(stats.max_ms, 3), "mean_ms": round(stats.mean_ms, 3)}
+
+
+def _summary(role: str, stats) -> dict:
+    out = {"step_time": _latency(stats.step_time),
+           "batch_size_histogram": dict(sorted(stats.batch_size_histogram.items())),
+           "graph_hit_rate": round(stats.graphs.hit_rate, 4),
+           "num_graph_steps": stats.graphs.num_graph_steps, "num_eager_steps": stats.graphs.num_eager_steps}
+    if role == "talker":
+        out["prefill_time"] = _latency(stats.prefill_time)
+        out["first_frame_time"] = _latency(stats.first_frame_time)
+    else:
+        out["first_chunk_time"] = _latency(stats.first_chunk_time)
+        out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
+    return out
+
+
+def collect(work_dir: Path | None, reset: bool = True, timeout_s: float = 5.0) -> dict:
+    """{role: summary} for each service whose ready file is in `work_dir`; {} without one."""
+    found = {}
+    for role, stub_class in STUBS.items():
+        ready = work_dir / f"{role}.ready.json" if work_dir is not None else None
+        if ready is None or not ready.is_file():
+            continue
+        port = json.loads(ready.read_text())["grpc_port"]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                stats = stub_class(channel).GetStats(admin_pb2.GetStatsRequest(reset=reset), timeout=timeout_s)
+            except grpc.RpcError as exc:
+                found[role] = {"error": f"{exc.code().name}: {exc.details()}"}
+                continue
+        found[role] = _summary(role, stats)
+    return found
+
+
+def one_line(found: dict) -> str:
+    parts = []
+    for role in ("talker", "vocoder"):
+        s = found.get(role)
+        if not s or "error" in s:
+            continue
+        batches = s["batch_size_histogram"]
+        mean_bs = sum(int(b) * n for b, n in batches.items()) / max(1, sum(batches.values()))
+        parts.append(f"{role} step p50 {s['step_time']['p50_ms']:.2f} ms, mean batch {mean_bs:.1f}, "
+                     f"graphs {s['graph_hit_rate']:.2f}")
+    return "; ".join(parts)
