@@ -35,6 +35,7 @@ class TalkerServiceConfig:
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
+    warmup: bool = True                  # run a few requests through prefill and decode before SERVING
     max_voice_encodings: int = 64        # clone references queued or encoding; beyond: RESOURCE_EXHAUSTED
     max_cached_voices: int = 256         # encoded references kept by content hash (0: none)
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
