@@ -58,7 +58,28 @@ def test_graph_path_codes_equal_eager_for_staggered_requests_with_padding(eager)
     shapes = set(stats.shape_histogram)
     assert {c for _, c in shapes} >= {16, 24}, f"the short context buckets should be used, got {shapes}"
     assert sum(stats.shape_histogram.values()) == stats.num_graph_steps
+    first = graphed.runner.first_frames   # every prefill's first frame went through its graph path
+    assert first.num_graph_runs > 0 and first.num_eager_runs == 0
     graphed.scheduler.check_invariants()
+
+
+def test_first_frames_of_prompts_prefilled_together_equal_eager_with_padding(eager):
+    """Three prompts prefilled together take the first-frame graph of batch 4 (one padding row)."""
+    cases = [CASES[i] for i in (0, 1, 2)]
+    expected = [alone(eager, f"t{i}", text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
+                for i, (n, seed, greedy, streaming, spk) in enumerate(cases)]
+    graphed = make_engine(max_slots=4, **GRAPHED)
+    for i, (n, seed, greedy, streaming, spk) in enumerate(cases):
+        add(graphed, i, text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
+    got = Collector()
+    for _ in range(200):
+        if not graphed.has_work():
+            break
+        got.take(graphed.step())
+    for i, codes in enumerate(expected):
+        assert np.array_equal(got.codes(i), codes), f"request {i}: first frame path differs from eager"
+    first = graphed.runner.first_frames
+    assert first.batch_sizes == [1, 2, 4, 8] and first.num_graph_runs == 1 and first.num_eager_runs == 0
 
 
 def decode_alone(config: dict, num_steps: int) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, object]:

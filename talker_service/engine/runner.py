@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from talker_service.engine.config import EngineConfig, kv_slots_that_fit
+from talker_service.engine.first_frame import FirstFrameTable
 from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
@@ -59,6 +60,11 @@ class ModelRunner:
             limit = config.graph_max_batch or self.buckets[-1]
             self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1],
                                 config.context_lens(), self.graph_stats)
+        # the first frame after a prefill (codebook 0 + code predictor) replays a graph too
+        self.first_frames: FirstFrameTable | None = None
+        if self.graphs is not None and self.is_padding:
+            self.first_frames = FirstFrameTable(self.frames, config.max_prefill_batch, self.scratch_slot,
+                                                emulate=self.graph_mode == "emulate", pool=self.graphs.pool)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
                     "context buckets %s, graphs %s%s", config.max_slots, config.max_seq_len, device,
                     self.kv_cache_bytes / 2**20, self.buckets, config.context_lens(), self.graph_mode,
@@ -111,8 +117,11 @@ class ModelRunner:
         else:   # one right-padded pass for prompts that arrived together
             hidden, logits = self.model.prefill_batch(embeds, slots)          # [n, H], [n, vocab]
         slot_ids = torch.tensor(slots, device=self.model.device)
-        steps = torch.zeros(len(slots), dtype=torch.long, device=self.model.device)
-        out = self.frames.finish(hidden, logits, slot_ids, steps)
+        if self.first_frames is not None:
+            out = self.first_frames.finish(hidden, logits, slot_ids)
+        else:
+            steps = torch.zeros(len(slots), dtype=torch.long, device=self.model.device)
+            out = self.frames.finish(hidden, logits, slot_ids, steps)
         self.codec_embeds[slot_ids] = out.codec_embeds.to(self.codec_embeds.dtype)
         return out.codes.cpu().numpy()
 
