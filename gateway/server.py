@@ -24,6 +24,7 @@ from gateway.servicer import TextToSpeechServicer
 from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
+from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class GatewayServer:
         # gRPC's own limit sits above ours so an oversized message gets our INVALID_ARGUMENT
         # naming the field rather than a bare RESOURCE_EXHAUSTED from the transport.
         max_bytes = config.max_message_bytes * 2 + (1 << 20)
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_bytes),
+        self.server = grpc.aio.server(options=[*GRPC_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_bytes),
                                                ("grpc.max_send_message_length", max_bytes)])
         tts_pb2_grpc.add_TextToSpeechServicer_to_server(self.servicer, self.server)
         self.health = HealthServicer()
@@ -62,11 +63,12 @@ class GatewayServer:
                                              reflection.SERVICE_NAME), self.server)
         await self._set_health(False)
         self.backend.on_health_change = lambda ok: asyncio.get_running_loop().create_task(self._set_health(ok))
-        self.port = self.server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
-        await self.server.start()
-        self.backend.start()
+        self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")
+        # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
         if config.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(config.metrics_port, config.grpc_host)
+        await self.server.start()
+        self.backend.start()
         logger.info("gateway listening on %s:%d (model %s, talkers %s, audio %s)", config.grpc_host, self.port,
                     name, ",".join(config.talkers), self.backend.reply_to)
         if config.ready_file:

@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from launcher.processes import Child
 from launcher.supervisor import CrashLoop, RestartPolicy, Supervisor
+from service_common.startup import run_main
 
 logger = logging.getLogger(__name__)
 
@@ -151,4 +152,5 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s launcher: %(message)s")
-    return run(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return run_main("python -m launcher", lambda: run(args))
