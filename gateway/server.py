@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.backend import Backend
 from gateway.config import GatewayConfig
+from gateway.errors import RequestError
 from gateway.metrics import GatewayMetrics
 from gateway.model_info import load_model_info
 from gateway.servicer import TextToSpeechServicer
@@ -25,6 +26,7 @@ from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
 from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
+from service_common.strict_requests import add_strict_servicer
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +58,14 @@ class GatewayServer:
         max_bytes = config.max_message_bytes * 2 + (1 << 20)
         self.server = grpc.aio.server(options=[*GRPC_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_bytes),
                                                ("grpc.max_send_message_length", max_bytes)])
-        tts_pb2_grpc.add_TextToSpeechServicer_to_server(self.servicer, self.server)
+        # Bytes that are no message end the call INVALID_ARGUMENT (counted); a bad message inside a
+        # stream goes to the servicer as a RequestError, which reports and counts it.
+        count_invalid = self.metrics.errors.labels(grpc.StatusCode.INVALID_ARGUMENT.name).inc
+        add_strict_servicer(tts_pb2_grpc.add_TextToSpeechServicer_to_server, self.servicer, self.server,
+                            on_invalid=count_invalid,
+                            stream_error=lambda text: RequestError(grpc.StatusCode.INVALID_ARGUMENT, text))
         self.health = HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
         reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                              reflection.SERVICE_NAME), self.server)
         await self._set_health(False)

@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
+from service_common.strict_requests import add_strict_servicer
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,9 @@ class SidePortServer:
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
             options=options)
         self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        add_servicer(servicer, self.server)
+        # malformed request bytes: INVALID_ARGUMENT naming the message, not gRPC's UNKNOWN
+        add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
+        add_strict_servicer(add_servicer, servicer, self.server)
         reflection.enable_server_reflection((admin_service, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.set_serving(False)
         self.port = add_grpc_port(self.server, host, port, "gRPC side port")
