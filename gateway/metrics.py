@@ -31,7 +31,7 @@ class GatewayMetrics:
                                  registry=r)
         self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Starts the HTTP endpoint; returns the bound port (port 0 picks a free one)."""
         try:
             server, _ = start_http_server(port, addr=host, registry=self.registry)

@@ -73,7 +73,7 @@ class GatewayServer:
         self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")
         # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
         if config.metrics_port >= 0:
-            self.metrics_port = self.metrics.serve(config.metrics_port, config.grpc_host)
+            self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)
         await self.server.start()
         self.backend.start()
         logger.info("gateway listening on %s:%d (model %s, talkers %s, audio %s)", config.grpc_host, self.port,

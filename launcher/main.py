@@ -127,6 +127,7 @@ def run(args) -> int:
         gateway = Child("gateway", "gateway", [
             "--model", str(model_dir), "--model-name", Path(args.model).name, "--talkers", requests_endpoint,
             "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
+            "--metrics-host", args.host,
             "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
         children.append(gateway)
         info = gateway.wait_ready(deadline_s, stop.is_set)
