@@ -14,7 +14,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from gateway.backend import Backend
 from gateway.config import GatewayConfig
@@ -25,6 +24,7 @@ from gateway.servicer import TextToSpeechServicer
 from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
+from service_common.reflection import enable_reflection
 from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
 from service_common.strict_requests import add_strict_servicer
 
@@ -66,8 +66,7 @@ class GatewayServer:
                             stream_error=lambda text: RequestError(grpc.StatusCode.INVALID_ARGUMENT, text))
         self.health = HealthServicer()
         add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
-        reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                             reflection.SERVICE_NAME), self.server)
+        enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self.server)
         await self._set_health(False)
         self.backend.on_health_change = lambda ok: asyncio.get_running_loop().create_task(self._set_health(ok))
         self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")

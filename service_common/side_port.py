@@ -13,8 +13,8 @@ from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from service_common.reflection import enable_reflection
 from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
 from service_common.strict_requests import add_strict_servicer
 
@@ -40,7 +40,7 @@ class SidePortServer:
         # malformed request bytes: INVALID_ARGUMENT naming the message, not gRPC's UNKNOWN
         add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
         add_strict_servicer(add_servicer, servicer, self.server)
-        reflection.enable_server_reflection((admin_service, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        enable_reflection((admin_service, health.SERVICE_NAME), self.server)
         self.set_serving(False)
         self.port = add_grpc_port(self.server, host, port, "gRPC side port")
 
