@@ -27,6 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
+
 from client import TtsClient, make_config  # noqa: E402
 from protos.tts.v1 import config_pb2  # noqa: E402
 
@@ -122,10 +124,7 @@ def main() -> int:
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            commit = ""
+        commit = read_commit(ROOT)
         gpu = ""
         if args.device.startswith("cuda"):
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
