@@ -6,8 +6,10 @@
 Backends bind free loopback ports; the launcher passes each one's endpoint (from its ready file)
 to the next. A child that dies is restarted on the same ports with backoff while the others keep
 serving (launcher/supervisor.py); one that keeps dying (--max-restarts within --restart-window-s)
-stops the stack with its log tail and exit status 1. Ctrl-C / SIGTERM stops the gateway first (it
-drains live streams for --drain-grace-s), then the talker, then the vocoder.
+stops the stack with its log tail and exit status 1. A child that fails on its first start with a
+start-up error (taken port, no such model: service_common/startup.py) is not retried: the
+launcher prints that child's one line and exits 2, never "stack ready". Ctrl-C / SIGTERM stops
+the gateway first (it drains live streams for --drain-grace-s), then the talker, then the vocoder.
 """
 from __future__ import annotations
 

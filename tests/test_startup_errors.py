@@ -68,6 +68,21 @@ def test_a_taken_audio_endpoint_is_one_line(tmp_path):
         assert_one_line_error(result, "gateway", audio, "could not be bound")
 
 
+def test_a_taken_metrics_port_is_one_line():
+    with dead_port() as talker_port, socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = gateway_args(0, talker_port)[:-2] + ["--metrics-port", str(port)]
+        result = run_module("gateway", *args)
+        assert_one_line_error(result, "gateway", f"metrics port 127.0.0.1:{port} could not be bound")
+
+
+def test_the_launcher_reports_a_model_that_does_not_exist_in_one_line(tmp_path):
+    result = run_module("launcher", "--model", "/nonexistent/qwen3-tts", "--work-dir", str(tmp_path))
+    assert_one_line_error(result, "launcher", "'/nonexistent/qwen3-tts' not found")
+
+
 @pytest.mark.parametrize("module, extra", [("talker_service", ["--vocoders", "tcp://127.0.0.1:1"]),
                                            ("vocoder_service", [])])
 def test_a_model_that_does_not_exist_is_one_line(module, extra):
