@@ -20,7 +20,6 @@ import functools
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 
 from checkpoint.configs import speech_tokenizer_config  # noqa: E402
 from vocoder_service.codec import Code2Wav, DecoderConfig, StreamingDecoder  # noqa: E402
@@ -221,13 +222,7 @@ def _device_name(device: torch.device) -> str:
 
 
 def _git_commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return read_commit(mark_dirty=True)
 
 
 def print_table(result: dict) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
 from benchmarks.stack_stats import collect, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
@@ -134,10 +135,7 @@ def main() -> int:
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
             if row["server_stats"]:
                 print(f"       {one_line(row['server_stats'])}", flush=True)
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            commit = ""
+        commit = read_commit(ROOT)
         gpu = ""
         if args.device.startswith("cuda"):
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,

@@ -21,7 +21,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,8 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 
 from protos import wire  # noqa: E402
 from talker_service.engine import FramesOut  # noqa: E402
@@ -111,11 +112,7 @@ class TimedSocket:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+    return read_commit(short=True)
 
 
 def cpu_name() -> str:

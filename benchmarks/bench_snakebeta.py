@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if "--smoke" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -46,12 +47,7 @@ SWEEP_NUM_WARPS = (4, 8, 16)
 
 
 def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return read_commit(ROOT, mark_dirty=True)
 
 
 def time_ms(fn, device: torch.device, rep_ms: int) -> float:

@@ -17,7 +17,6 @@ import json
 import logging
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
@@ -170,11 +171,7 @@ def bench_runner(raw: dict, config: TalkerConfig, args, device, dtype) -> dict:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return read_commit()
 
 
 def run(args) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.commit import git_commit as read_commit  # noqa: E402
 
 from checkpoint.configs import speech_tokenizer_config  # noqa: E402
 from checkpoint.tiny_init import init_tensor  # noqa: E402
@@ -181,11 +182,7 @@ def first_chunk_alone(runner: DecoderRunner, policy: ChunkPolicy, repeats: int) 
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return read_commit()
 
 
 def main(argv=None) -> int:

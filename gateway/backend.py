@@ -28,6 +28,7 @@ from gateway.audio_intake import AudioIntake
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
 from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
+from service_common.startup import bind_zmq
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class Backend:
         self.pull = self.context.socket(zmq.PULL)
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.RCVHWM, SNDHWM)
-        self.pull.bind(audio_bind)
+        bind_zmq(self.pull, audio_bind, "gateway audio bind endpoint")
         self.reply_to = audio_advertise or self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.directory = PeerDirectory(talkers, resolve_interval_s, resolve)
         self.talkers = [self._connect(endpoint) for endpoint in self.directory.take_changes({}).joined]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from gateway.config import GatewayConfig
 from service_common import cli_config
+from service_common.startup import run_main
 
 logger = logging.getLogger(__name__)
 ENV_PREFIX = "QWEN3_TTS_GATEWAY_"
@@ -51,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from(sys.argv[1:] if argv is None else argv, os.environ)
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(config))
+    return run_main("python -m gateway", lambda: asyncio.run(serve(config)))

@@ -5,6 +5,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from service_common.startup import StartupError
+
 logger = logging.getLogger(__name__)
 
 _TTFA_BUCKETS_S = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5)
@@ -29,9 +31,12 @@ class GatewayMetrics:
                                  registry=r)
         self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Starts the HTTP endpoint; returns the bound port (port 0 picks a free one)."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, _ = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise StartupError(f"metrics port {host}:{port} could not be bound: {exc.strerror or exc}") from None
         bound = server.server_address[1]
         logger.info("metrics on http://%s:%d/metrics", host, bound)
         return bound

@@ -14,16 +14,19 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from gateway.backend import Backend
 from gateway.config import GatewayConfig
+from gateway.errors import RequestError
 from gateway.metrics import GatewayMetrics
 from gateway.model_info import load_model_info
 from gateway.servicer import TextToSpeechServicer
 from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
+from service_common.reflection import enable_reflection
+from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
+from service_common.strict_requests import add_strict_servicer
 
 logger = logging.getLogger(__name__)
 
@@ -53,20 +56,25 @@ class GatewayServer:
         # gRPC's own limit sits above ours so an oversized message gets our INVALID_ARGUMENT
         # naming the field rather than a bare RESOURCE_EXHAUSTED from the transport.
         max_bytes = config.max_message_bytes * 2 + (1 << 20)
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_bytes),
+        self.server = grpc.aio.server(options=[*GRPC_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_bytes),
                                                ("grpc.max_send_message_length", max_bytes)])
-        tts_pb2_grpc.add_TextToSpeechServicer_to_server(self.servicer, self.server)
+        # Bytes that are no message end the call INVALID_ARGUMENT (counted); a bad message inside a
+        # stream goes to the servicer as a RequestError, which reports and counts it.
+        count_invalid = self.metrics.errors.labels(grpc.StatusCode.INVALID_ARGUMENT.name).inc
+        add_strict_servicer(tts_pb2_grpc.add_TextToSpeechServicer_to_server, self.servicer, self.server,
+                            on_invalid=count_invalid,
+                            stream_error=lambda text: RequestError(grpc.StatusCode.INVALID_ARGUMENT, text))
         self.health = HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                             reflection.SERVICE_NAME), self.server)
+        add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
+        enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self.server)
         await self._set_health(False)
         self.backend.on_health_change = lambda ok: asyncio.get_running_loop().create_task(self._set_health(ok))
-        self.port = self.server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
+        self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")
+        # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
+        if config.metrics_port >= 0:
+            self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)
         await self.server.start()
         self.backend.start()
-        if config.metrics_port >= 0:
-            self.metrics_port = self.metrics.serve(config.metrics_port, config.grpc_host)
         logger.info("gateway listening on %s:%d (model %s, talkers %s, audio %s)", config.grpc_host, self.port,
                     name, ",".join(config.talkers), self.backend.reply_to)
         if config.ready_file:

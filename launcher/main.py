@@ -6,8 +6,10 @@
 Backends bind free loopback ports; the launcher passes each one's endpoint (from its ready file)
 to the next. A child that dies is restarted on the same ports with backoff while the others keep
 serving (launcher/supervisor.py); one that keeps dying (--max-restarts within --restart-window-s)
-stops the stack with its log tail and exit status 1. Ctrl-C / SIGTERM stops the gateway first (it
-drains live streams for --drain-grace-s), then the talker, then the vocoder.
+stops the stack with its log tail and exit status 1. A child that fails on its first start with a
+start-up error (taken port, no such model: service_common/startup.py) is not retried: the
+launcher prints that child's one line and exits 2, never "stack ready". Ctrl-C / SIGTERM stops
+the gateway first (it drains live streams for --drain-grace-s), then the talker, then the vocoder.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from launcher.processes import Child
 from launcher.supervisor import CrashLoop, RestartPolicy, Supervisor
 from service_common.memory_sizing import shared_gpu_fractions
+from service_common.startup import run_main
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +149,7 @@ def run(args) -> int:
             "--model", str(model_dir), "--model-name", Path(args.model).name,
             "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info),
             "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
+            "--metrics-host", args.host,
             "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
         children.append(gateway)
         info = gateway.wait_ready(deadline_s, stop.is_set)
@@ -171,4 +175,5 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s launcher: %(message)s")
-    return run(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return run_main("python -m launcher", lambda: run(args))

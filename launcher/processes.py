@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from service_common.startup import StartupError, startup_error_line
+
 logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +66,10 @@ class Child:
                 return f"killed by signal {-code}"
         return f"exited with {code}"
 
+    def startup_error(self) -> str | None:
+        """The child's one-line start-up error (a taken port, no such model) once it exited with one."""
+        return startup_error_line(self.proc.poll(), self.log_tail)
+
     def poll_ready(self) -> dict | None:
         """The ready file's JSON once the process wrote it (kept in `info`); None before."""
         if not self.info and self.ready_file.exists():
@@ -74,6 +80,8 @@ class Child:
     def wait_ready(self, deadline_s: float, should_stop=lambda: False) -> dict:
         while time.monotonic() < deadline_s and not should_stop():
             if self.proc.poll() is not None:
+                if (line := self.startup_error()) is not None:   # the same arguments would fail again
+                    raise StartupError(f"{self.name} could not start: {line}")
                 raise RuntimeError(f"{self.name} {self.exit_description()} before it was ready:\n"
                                    f"{self.log_tail()}")
             if self.poll_ready() is not None:

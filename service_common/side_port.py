@@ -13,7 +13,10 @@ from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+
+from service_common.reflection import enable_reflection
+from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
+from service_common.strict_requests import add_strict_servicer
 
 logger = logging.getLogger(__name__)
 
@@ -25,26 +28,21 @@ class SidePortServer:
 
     def __init__(self, host: str, port: int, admin_service: str, add_servicer: AddServicerFn, servicer, *,
                  thread_name_prefix: str, max_workers: int = 8, max_message_bytes: int | None = None) -> None:
-        options = []
+        options = list(GRPC_SERVER_OPTIONS)
         if max_message_bytes is not None:
-            options = [("grpc.max_send_message_length", max_message_bytes),
-                       ("grpc.max_receive_message_length", max_message_bytes)]
+            options += [("grpc.max_send_message_length", max_message_bytes),
+                        ("grpc.max_receive_message_length", max_message_bytes)]
         self.admin_service = admin_service
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
             options=options)
         self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        add_servicer(servicer, self.server)
-        reflection.enable_server_reflection((admin_service, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        # malformed request bytes: INVALID_ARGUMENT naming the message, not gRPC's UNKNOWN
+        add_strict_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health, self.server)
+        add_strict_servicer(add_servicer, servicer, self.server)
+        enable_reflection((admin_service, health.SERVICE_NAME), self.server)
         self.set_serving(False)
-        address = f"{host}:{port}"
-        try:
-            self.port = self.server.add_insecure_port(address)
-        except RuntimeError as exc:   # newer grpcio raises where older ones returned 0
-            raise OSError(f"gRPC side port {address} could not be bound: {exc}") from exc
-        if self.port == 0:
-            raise OSError(f"gRPC side port {address} could not be bound")
+        self.port = add_grpc_port(self.server, host, port, "gRPC side port")
 
     def start(self) -> None:
         self.server.start()

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 
 from service_common import cli_config
+from service_common.startup import run_main
 from talker_service.server.config import TalkerServiceConfig
 
 ENV_PREFIX = "QWEN3_TTS_TALKER_"
@@ -39,4 +40,4 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from talker_service.server.app import serve   # imports torch: after argument errors are reported
 
-    return serve(config)
+    return run_main("python -m talker_service", lambda: serve(config))

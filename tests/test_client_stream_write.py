@@ -8,6 +8,7 @@ import grpc
 import pytest
 
 from client.stream_write import WriteAfterEnd, write_keeping_status
+from service_common.startup import GRPC_SERVER_OPTIONS
 
 pytestmark = pytest.mark.timeout(120)
 METHOD = "/test.Echo/Chat"
@@ -22,7 +23,7 @@ async def reject_at_once(request_iterator, context):
 
 
 async def serve() -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
     handler = grpc.stream_stream_rpc_method_handler(reject_at_once)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", {"Chat": handler})])
     port = server.add_insecure_port("127.0.0.1:0")

@@ -102,3 +102,13 @@ def test_compose_commands_match_the_service_cli(role):
         environ = {k: v for k, v in service.get("environment", {}).items() if k.startswith("QWEN3_TTS_")}
         assert_env_keys_are_flags(role, environ)
         assert_cli_accepts(role, args, environ)
+
+
+def test_side_ports_bind_every_interface_explicitly(config):
+    # The services default their admin gRPC and metrics ports to loopback; inside a container the
+    # healthcheck and peers need them on the container's interface, so the files must say so.
+    _, cfg = config
+    for role in ("talker", "vocoder"):
+        assert flags(cfg["services"][role]).get("--grpc-host") == "0.0.0.0", role
+    gateway_flags = flags(cfg["services"]["gateway"])
+    assert gateway_flags.get("--metrics-host") == "0.0.0.0"

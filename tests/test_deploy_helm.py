@@ -195,3 +195,13 @@ def test_pods_run_as_non_root(rendered):
     for dep in by_kind(objects, "Deployment").values():
         security = dep["spec"]["template"]["spec"]["securityContext"]
         assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
+
+
+def test_side_ports_bind_the_pod_interface_explicitly(rendered):
+    # Loopback is the services' default for their admin gRPC and metrics ports; probes and
+    # in-cluster scrapes reach the pod IP, so the chart must ask for every interface.
+    _, objects = rendered
+    deployments = deployments_by_role(objects)
+    for role in ("talker", "vocoder"):
+        assert role_flags(deployments[role]).get("--grpc-host") == "0.0.0.0", role
+    assert role_flags(deployments["gateway"]).get("--metrics-host") == "0.0.0.0"

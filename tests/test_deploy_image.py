@@ -15,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from service_common.startup import GRPC_SERVER_OPTIONS
 from test_deploy_support import DEPLOY, DOCKERFILE, ENTRYPOINT, REPO, SERVICE_ROLES, role_modules
 
 HEALTHCHECK = DEPLOY / "healthcheck.py"
@@ -104,7 +105,7 @@ def test_entrypoint_rejects_an_unknown_role():
 
 @pytest.fixture()
 def health_server():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=GRPC_SERVER_OPTIONS)
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

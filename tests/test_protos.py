@@ -93,11 +93,17 @@ def _elements(f: descriptor_pb2.FileDescriptorProto):
             yield (6, i, 2, j), f"{s.name}.{meth.name}", meth
 
 
+# Directory -> package (first match). reflection/v1 is the standard gRPC reflection v1 API, which
+# grpcio-reflection does not ship: its package is fixed by the protocol.
+_PACKAGE_OF_DIR = (("protos/tts/internal/v1/", "tts.internal.v1"), ("protos/reflection/v1/", "grpc.reflection.v1"),
+                   ("", "tts.v1"))
+
+
 def _convention_problems(root: Path, tmp_path: Path) -> list[str]:
     """Package per directory, a comment on every element, enums prefixed and starting at *_UNSPECIFIED."""
     problems = []
     for f in _described_files(root, tmp_path / "set.pb"):
-        package = "tts.internal.v1" if f.name.startswith("protos/tts/internal/v1/") else "tts.v1"
+        package = next(pkg for prefix, pkg in _PACKAGE_OF_DIR if f.name.startswith(prefix))
         if f.package != package or f.syntax != "proto3":
             problems.append(f"{f.name}: package {f.package!r} ({f.syntax}), expected {package!r} (proto3)")
         commented = {

@@ -17,6 +17,7 @@ from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from service_common.endpoints import check_endpoint
 from service_common.process import StopSignal, write_ready_file
 from service_common.side_port import SidePortServer
+from service_common.startup import StartupError
 
 ADMIN = admin_pb2.DESCRIPTOR.services_by_name["TalkerAdmin"].full_name
 
@@ -109,7 +110,7 @@ def test_side_port_refuses_a_port_in_use():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        with pytest.raises(OSError, match=f"127.0.0.1:{holder.getsockname()[1]} could not be bound"):
+        with pytest.raises(StartupError, match=f"127.0.0.1:{holder.getsockname()[1]} could not be bound: it is in use"):
             SidePortServer("127.0.0.1", holder.getsockname()[1], ADMIN,
                            admin_pb2_grpc.add_TalkerAdminServicer_to_server, _UnimplementedAdmin(),
                            thread_name_prefix="test-grpc")

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 
 from service_common import cli_config
+from service_common.startup import run_main
 from vocoder_service.server.config import VocoderServiceConfig
 
 ENV_PREFIX = "QWEN3_TTS_VOCODER_"
@@ -40,4 +41,4 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from vocoder_service.server.app import serve  # imports torch: after argument errors are reported
 
-    return serve(config)
+    return run_main("python -m vocoder_service", lambda: serve(config))

@@ -23,7 +23,9 @@ class TalkerServiceConfig:
     bind: str = "tcp://127.0.0.1:5601"   # ROUTER for gateways; "tcp://host:*" picks a free port
     vocoders: str = ""                   # comma-separated vocoder ROUTER endpoints; a name may resolve to many
     resolve_interval_s: float = 5.0      # DNS names in `vocoders` re-resolved this often (peers join/leave)
-    grpc_host: str = "0.0.0.0"
+    # admin side port (health, reflection, unauthenticated admin calls): loopback unless asked;
+    # containers set 0.0.0.0 for probes and in-cluster access
+    grpc_host: str = "127.0.0.1"
     grpc_port: int = 5611                # 0: any free port (see ready_file)
     peer_id: str = ""                    # empty: talker@<host>:<pid>
     ready_file: str = ""                 # written (JSON endpoints) once SERVING

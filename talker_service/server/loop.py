@@ -23,6 +23,7 @@ import zmq
 
 from protos import wire
 from service_common.heartbeat_thread import HeartbeatThread
+from service_common.startup import bind_zmq
 from talker_service.engine import TalkerEngine
 from talker_service.server.admin_jobs import AdminGenerations, AdminJobs, Job
 from talker_service.server.config import TalkerServiceConfig
@@ -70,7 +71,7 @@ class TalkerServer:
         self.recv_from_gateways.setsockopt(zmq.LINGER, 0)
         # a send to a gateway that went away raises EHOSTUNREACH instead of vanishing silently
         self.recv_from_gateways.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.recv_from_gateways.bind(cfg.bind)
+        bind_zmq(self.recv_from_gateways, cfg.bind, "talker bind endpoint")
         self.endpoint = self.recv_from_gateways.getsockopt_string(zmq.LAST_ENDPOINT)
         self.poller = zmq.Poller()
         self.poller.register(self.recv_from_gateways, zmq.POLLIN)

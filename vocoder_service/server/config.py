@@ -27,7 +27,9 @@ class VocoderServiceConfig:
                                          # spin contention on a shared CPU (measured 23 ms vs 1.3 s per tiny step)
     # --- endpoints
     bind: str = "tcp://127.0.0.1:5701"   # ROUTER for talkers' frames; "tcp://host:*" picks a free port
-    grpc_host: str = "0.0.0.0"
+    # admin side port (health, reflection, unauthenticated admin calls): loopback unless asked;
+    # containers set 0.0.0.0 for probes and in-cluster access
+    grpc_host: str = "127.0.0.1"
     grpc_port: int = 5711                # 0: any free port (see ready_file)
     peer_id: str = ""                    # empty: vocoder@<host>:<pid>
     ready_file: str = ""                 # written (JSON endpoints) once SERVING

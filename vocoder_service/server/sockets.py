@@ -12,6 +12,7 @@ from collections import OrderedDict
 import zmq
 
 from service_common.endpoints import check_endpoint
+from service_common.startup import bind_zmq
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def bind_router(context: zmq.Context, endpoint: str, rcv_hwm: int, snd_hwm: int)
     sock.setsockopt(zmq.LINGER, 0)
     # Sending to a talker that went away raises EHOSTUNREACH instead of vanishing silently.
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.bind(endpoint)
+    bind_zmq(sock, endpoint, "vocoder bind endpoint")
     bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     return sock, bound
 
