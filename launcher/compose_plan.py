@@ -150,6 +150,8 @@ def _rewrite(flag: str, address: str, addresses: dict[str, list[str]], mounts: d
     name, eq, value = flag.partition("=")
     if not eq:
         return flag
+    if name.endswith("-host") and value in _WILDCARD_HOSTS:
+        return f"{name}={address}"   # --grpc-host=0.0.0.0 / --metrics-host=0.0.0.0 bind in the replica's own netns
     for wildcard in _WILDCARD_HOSTS:
         value = value.replace(f"//{wildcard}:", f"//{address}:")
 

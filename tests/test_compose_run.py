@@ -21,7 +21,8 @@ from test_deploy_support import COMPOSE_FILES, REPO, compose_config, parse_flags
 
 pytestmark = pytest.mark.timeout(240)
 ENV = {"QWEN3_TTS_MODEL": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "QWEN3_TTS_VOCODER_GPU": "3", "HF_TOKEN": "t0k"}
-REWRITTEN = {"--bind", "--vocoders", "--talkers", "--audio-bind", "--audio-advertise", "--voices-dir", "--grpc-host"}
+REWRITTEN = {"--bind", "--vocoders", "--talkers", "--audio-bind", "--audio-advertise", "--voices-dir", "--grpc-host",
+             "--metrics-host"}
 
 
 def test_substitution_follows_compose_rules():
@@ -42,6 +43,8 @@ def test_plan_keeps_what_docker_compose_resolves(name, tmp_path):
         assert {k: v for k, v in ours.items() if k not in REWRITTEN} == \
                {k: v for k, v in theirs.items() if k not in REWRITTEN}
         assert ours["--grpc-host"] == replica.address
+        if "--metrics-host" in theirs:   # 0.0.0.0 in the container's netns = the replica's own address here
+            assert ours["--metrics-host"] == replica.address
         for key, value in (service.get("environment") or {}).items():
             assert replica.env[key] == (value or "")
         devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
