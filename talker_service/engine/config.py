@@ -38,11 +38,12 @@ class EngineConfig:
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: powers of two
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
-    # decode step as one CUDA graph per (batch bucket, context bucket): "auto" captures on CUDA
-    # and runs eagerly on CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
+    # decode step as one CUDA graph per batch bucket: "auto" captures on CUDA and runs eagerly on
+    # CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
     decode_graphs: str = "auto"
-    # positions a graph accepts; empty: max_seq_len only. Attention reads each row's own length
-    # from its slot (kernels/slot_attention.py), so more buckets only add capture time and memory.
+    # retired: graphs were once keyed by a context bucket too. Attention reads each row's own length
+    # from its slot (kernels/slot_attention.py), so a context dimension only multiplied captures;
+    # kept as a field so a configured value is refused with a message, not silently dropped
     context_buckets: tuple[int, ...] = ()
     graph_max_batch: int = 0           # graphs only for batch buckets <= this (0: all); larger run eagerly
     # > 0 (CUDA): max_slots shrinks until the KV cache takes at most this fraction of the device
@@ -59,8 +60,10 @@ class EngineConfig:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(size < 1 or size > self.max_slots for size in self.batch_buckets):
             problems.append(f"batch_buckets {self.batch_buckets} must lie in [1, max_slots={self.max_slots}]")
-        if any(size < 1 or size > self.max_seq_len for size in self.context_buckets):
-            problems.append(f"context_buckets {self.context_buckets} must lie in [1, max_seq_len={self.max_seq_len}]")
+        if self.context_buckets:
+            problems.append(f"context_buckets {self.context_buckets} is no longer supported: decode attention reads "
+                            "each row's own length, so there is one decode graph per batch bucket; drop the "
+                            "setting (--context-buckets)")
         if self.decode_graphs not in GRAPH_MODES:
             problems.append(f"decode_graphs must be one of {GRAPH_MODES}, got {self.decode_graphs!r}")
         if not 0.0 <= self.kv_memory_fraction < 1.0:
@@ -72,10 +75,6 @@ class EngineConfig:
         """Sorted decode batch sizes, the largest always max_slots (every batch fits one)."""
         return sorted(set(self.batch_buckets) | {self.max_slots}) if self.batch_buckets \
             else power_of_two_buckets(self.max_slots)
-
-    def context_lens(self) -> list[int]:
-        """Sorted attention context buckets, the largest always max_seq_len (every position fits one)."""
-        return sorted(set(self.context_buckets) | {self.max_seq_len})
 
     def graph_mode(self, device_type: str) -> str:
         """"capture", "emulate" or "off" for a runner on `device_type`."""

@@ -5,7 +5,7 @@ decoder. A decode step advances any set of slots by one frame. The step reads on
 per-slot buffers (the last frame's codec embedding lives in `codec_embeds[slot]`, not on the
 request); when padding, the batch is padded to a bucket size with rows on a scratch slot (an
 extra KV-cache row no request owns), so each bucket has one shape, which `graphs.py` captures
-as one CUDA graph per (batch bucket, context bucket). Prefill stays eager.
+as one CUDA graph per batch bucket. Prefill stays eager.
 """
 from __future__ import annotations
 
@@ -57,11 +57,10 @@ class ModelRunner:
         if self.graph_mode != "off":
             self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=self.graph_mode == "emulate")
             limit = config.graph_max_batch or self.buckets[-1]
-            self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1],
-                                config.context_lens(), self.graph_stats)
+            self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1], self.graph_stats)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
-                    "context buckets %s, graphs %s%s", config.max_slots, config.max_seq_len, device,
-                    self.kv_cache_bytes / 2**20, self.buckets, config.context_lens(), self.graph_mode,
+                    "graphs %s%s", config.max_slots, config.max_seq_len, device,
+                    self.kv_cache_bytes / 2**20, self.buckets, self.graph_mode,
                     " (padded, scratch slot)" if self.is_padding else "")
 
     @classmethod
@@ -128,29 +127,28 @@ class ModelRunner:
             raise ValueError(f"decode position {max(positions)} is outside the talker context of "
                              f"{self.config.max_seq_len} positions (max_seq_len); the request must end before it")
         rows = np.array([slots, positions, num_frames, text_ids], dtype=np.int64)   # [4, n]
-        graph = self.graphs.find(n, num_positions) if self.graphs is not None else None
+        graph = self.graphs.find(n) if self.graphs is not None else None
         if graph is not None:
             codes = graph.run(rows)
             self.graph_stats.num_graph_steps += 1
-            self.graph_stats.shape_histogram[(graph.batch_size, graph.context_len)] += 1
             bs = graph.batch_size
         else:
             bs = self.bucket_for(n)
             codes = self._decode_eager(rows, bs)
             self.graph_stats.num_eager_steps += 1
-            self.graph_stats.shape_histogram[(bs, self.config.max_seq_len)] += 1
+        self.graph_stats.shape_histogram[bs] += 1
         self.graph_stats.num_padding_rows += bs - n
         return codes.cpu().numpy()
 
     def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
-        """The same step without a graph: padded to bs rows on the scratch slot, full context."""
+        """The same step without a graph: padded to bs rows on the scratch slot."""
         n = rows.shape[1]
         host = np.empty((4, bs), dtype=np.int64)
         host[:, :n] = rows
         host[:, n:] = np.asarray(self.padding_row(), dtype=np.int64)[:, None]
         index_rows = self.step_rows[:, :bs]
         index_rows.copy_(torch.from_numpy(host), non_blocking=True)
-        return self.step(index_rows, None)[:n]
+        return self.step(index_rows)[:n]
 
 
 def size_kv_cache(model: TalkerModel, config: EngineConfig, num_extra_slots: int) -> EngineConfig:

@@ -167,17 +167,15 @@ class TalkerModel(nn.Module):
         hidden = out[torch.arange(n, device=self.device), last]
         return hidden, self._head(hidden)
 
-    def decode_step(self, input_embeds: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                    context_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_step(self, input_embeds: torch.Tensor, slots: torch.Tensor,
+                    positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """input_embeds [bs, H] at positions [bs] of slots [bs] (distinct) -> (hidden [bs, H], logits [bs, vocab]).
 
         Attention reads each row's keys 0..position straight from its slot (SlotDecodeView.attend),
-        so `context_len` only bounds positions (every position must be < context_len); the graphs
-        of the service runner are still keyed by it. No host syncs: safe to capture in a CUDA graph
-        with static input tensors.
+        so one shape serves every context length (positions must be < the cache's max_seq_len).
+        No host syncs: safe to capture in a CUDA graph with static input tensors.
         """
         self._require_runtime()
-        context_len = self.cache.max_seq_len if context_len is None else context_len
         cos_table, sin_table = self._rope
         cos = cos_table[positions][:, None]  # [bs, 1, D]
         sin = sin_table[positions][:, None]
