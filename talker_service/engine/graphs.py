@@ -99,25 +99,51 @@ class CapturedDecode:
 
 @dataclass
 class GraphStats:
-    num_graphs: int = 0
-    graph_memory_bytes: int = 0
+    num_graphs: int = 0                 # decode graphs
+    graph_memory_bytes: int = 0         # decode and prefill graphs
     capture_s: float = 0.0
     num_graph_steps: int = 0
     num_eager_steps: int = 0
     num_padding_rows: int = 0
     shape_histogram: Counter = field(default_factory=Counter)   # batch bucket -> steps
+    num_prefill_graphs: int = 0
+    num_prefill_graph_steps: int = 0    # prefill forwards (with their first frames) replayed
+    num_prefill_eager_steps: int = 0    # prefill forwards run eagerly: the counted fallback
+    num_prefill_padding_tokens: int = 0
+    prefill_shape_histogram: Counter = field(default_factory=Counter)   # (kind, prompts, positions) -> forwards
+    warm_up_s: float = 0.0
+    num_warm_up_shapes: int = 0
 
     @property
     def hit_rate(self) -> float:
         total = self.num_graph_steps + self.num_eager_steps
         return self.num_graph_steps / total if total else 0.0
 
+    @property
+    def prefill_hit_rate(self) -> float:
+        total = self.num_prefill_graph_steps + self.num_prefill_eager_steps
+        return self.num_prefill_graph_steps / total if total else 0.0
+
+    def reset_counters(self) -> None:
+        """Forget the steps counted so far (the warm-up's), keep what was captured."""
+        self.num_graph_steps = self.num_eager_steps = self.num_padding_rows = 0
+        self.num_prefill_graph_steps = self.num_prefill_eager_steps = self.num_prefill_padding_tokens = 0
+        self.shape_histogram = Counter()
+        self.prefill_shape_histogram = Counter()
+
     def summary(self) -> dict:
         return dict(num_graphs=self.num_graphs, graph_memory_bytes=self.graph_memory_bytes,
                     capture_s=self.capture_s, num_graph_steps=self.num_graph_steps,
                     num_eager_steps=self.num_eager_steps, hit_rate=self.hit_rate,
                     num_padding_rows=self.num_padding_rows,
-                    shape_histogram={f"bs{b}": n for b, n in sorted(self.shape_histogram.items())})
+                    shape_histogram={f"bs{b}": n for b, n in sorted(self.shape_histogram.items())},
+                    num_prefill_graphs=self.num_prefill_graphs,
+                    num_prefill_graph_steps=self.num_prefill_graph_steps,
+                    num_prefill_eager_steps=self.num_prefill_eager_steps, prefill_hit_rate=self.prefill_hit_rate,
+                    num_prefill_padding_tokens=self.num_prefill_padding_tokens,
+                    prefill_shape_histogram={f"{k}_p{p}_t{t}": n
+                                             for (k, p, t), n in sorted(self.prefill_shape_histogram.items())},
+                    warm_up_s=self.warm_up_s, num_warm_up_shapes=self.num_warm_up_shapes)
 
 
 class DecodeGraphTable:

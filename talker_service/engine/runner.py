@@ -5,7 +5,9 @@ decoder. A decode step advances any set of slots by one frame. The step reads on
 per-slot buffers (the last frame's codec embedding lives in `codec_embeds[slot]`, not on the
 request); when padding, the batch is padded to a bucket size with rows on a scratch slot (an
 extra KV-cache row no request owns), so each bucket has one shape, which `graphs.py` captures
-as one CUDA graph per batch bucket. Prefill stays eager.
+as one CUDA graph per batch bucket. Prompt chunks and their first frames run through
+`prefiller.py`, captured per (kind, prompts bucket, length bucket) by `prefill_graphs.py`.
+Before the runner is handed out, `warmup.py` runs every shape serving can use.
 """
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ import torch
 
 from talker_service.engine.config import EngineConfig, kv_slots_that_fit
 from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
+from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
+from talker_service.engine.prefill_plan import PrefillShapes
+from talker_service.engine.prefiller import PrefillChunk, Prefiller
+from talker_service.engine.warmup import warm_up
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -54,14 +60,28 @@ class ModelRunner:
                                                                 min_new_tokens=0, seed=0))
         self.graph_stats = GraphStats()
         self.graphs: DecodeGraphTable | None = None
+        self.prefill_shapes = PrefillShapes.from_config(config)
+        prefill_step = PrefillStep(model, self.frames, self.codec_embeds)
+        prefill_graphs: PrefillGraphTable | None = None
         if self.graph_mode != "off":
-            self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=self.graph_mode == "emulate")
+            emulate = self.graph_mode == "emulate"
+            self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=emulate)
             limit = config.graph_max_batch or self.buckets[-1]
             self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1], self.graph_stats)
+            prefill_graphs = PrefillGraphTable(prefill_step, [self.scratch_slot, 0, 0, self.scratch_slot],
+                                               emulate=emulate, pool=self.graphs.pool)
+            prefill_graphs.capture(self.prefill_shapes.all(), self.graph_stats)
+        self.prefiller = Prefiller(prefill_step, self.prefill_shapes, self.scratch_slot, self.graph_stats,
+                                   prefill_graphs)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
-                    "graphs %s%s", config.max_slots, config.max_seq_len, device,
-                    self.kv_cache_bytes / 2**20, self.buckets, self.graph_mode,
+                    "prefill %s prompts x %s positions (budget %d per step), graphs %s%s", config.max_slots,
+                    config.max_seq_len, device, self.kv_cache_bytes / 2**20, self.buckets,
+                    list(self.prefill_shapes.prompt_buckets), list(self.prefill_shapes.length_buckets),
+                    self.prefill_shapes.token_budget, self.graph_mode,
                     " (padded, scratch slot)" if self.is_padding else "")
+        self.warmed_shapes: set[tuple] = set()
+        if config.is_warm_up(device.type):
+            self.warmed_shapes = warm_up(self)
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, config: EngineConfig, device: str | torch.device = "cpu",
@@ -101,19 +121,10 @@ class ModelRunner:
         self.model.free_slot(slot)
 
     # ---- model calls ----------------------------------------------------------------------
-    @torch.no_grad()
-    def prefill(self, embeds: list[torch.Tensor], slots: list[int]) -> np.ndarray:
-        """Prompts embeds[i] [L_i, H] into slots[i], then their first frame -> codes [n, 16] int64."""
-        if len(embeds) == 1:
-            hidden, logits = self.model.prefill(embeds[0], slots[0])
-            hidden, logits = hidden[None], logits[None]                        # [1, H], [1, vocab]
-        else:   # one right-padded pass for prompts that arrived together
-            hidden, logits = self.model.prefill_batch(embeds, slots)          # [n, H], [n, vocab]
-        slot_ids = torch.tensor(slots, device=self.model.device)
-        steps = torch.zeros(len(slots), dtype=torch.long, device=self.model.device)
-        out = self.frames.finish(hidden, logits, slot_ids, steps)
-        self.codec_embeds[slot_ids] = out.codec_embeds.to(self.codec_embeds.dtype)
-        return out.codes.cpu().numpy()
+    def prefill(self, chunks: list[PrefillChunk]) -> np.ndarray:
+        """Prompt chunks into their slots (distinct; at most one forward per kind, as prefill_plan
+        planned them), then frame 0 of each prompt a chunk ends -> codes [k, 16] int64, in order."""
+        return self.prefiller.run(chunks)
 
     @torch.no_grad()
     def decode(self, slots: list[int], positions: list[int], num_frames: list[int], text_ids: list[int]) -> np.ndarray:
