@@ -158,3 +158,12 @@ def test_engine_with_small_chunks_and_budget_gives_each_request_its_codes():
             codes = alone(engine, f"c{i}", text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
             assert np.array_equal(codes, expected[i]), f"request {i} ({overrides}): chunked prefill changed its codes"
         assert engine.stats.num_prefill_chunks > 2 * len(CASES), "prompts of 10+ positions should take 2+ chunks"
+
+
+def test_graph_stats_summary_has_every_admin_graph_field():
+    """The admin GetStats GraphStats is filled from this summary by name (server/stats.py)."""
+    from protos.tts.internal.v1 import admin_pb2
+
+    summary = make_engine(max_slots=2, decode_graphs="emulate").runner.graph_stats.summary()
+    assert set(admin_pb2.GraphStats.DESCRIPTOR.fields_by_name) <= set(summary)
+    admin_pb2.GraphStats(**{name: summary[name] for name in admin_pb2.GraphStats.DESCRIPTOR.fields_by_name})
