@@ -25,3 +25,12 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path):
         assert {r["frames"] for r in row["raw"]} == {result["frames_per_utterance"]}
         assert all(abs(r["audio_s"] - result["frames_per_utterance"] / 12.5) < 1e-6 for r in row["raw"])
         assert row["ttfa_ms_p50"] > 0 and row["audio_s_per_s"] > 0
+        # the server's timings per stage, next to TTFA, from the streams' summaries
+        assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
+                                       "vocoder_decode_ms", "encode_ms"]
+        for name, stage in row["stages"].items():
+            assert 0 <= stage["p50_ms"] <= stage["p95_ms"], name
+            assert all(r["timings"][name] >= 0 for r in row["raw"])
+        for name in ("prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms"):
+            assert row["stages"][name]["p50_ms"] > 0, name
+    assert "server p50/p95 ms: queue " in proc.stdout
