@@ -30,6 +30,7 @@ from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
 from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
 from talker_service.engine.graphs import capture_graph  # noqa: E402
+from talker_service.engine.prefiller import PrefillChunk  # noqa: E402
 from talker_service.model.loader import build_empty  # noqa: E402
 from talker_service.prompt import PromptVocab  # noqa: E402
 
@@ -165,6 +166,18 @@ def bench_runner(raw: dict, config: TalkerConfig, args, device, dtype) -> dict:
             entry["graph_hit"] = runner.graph_stats.num_graph_steps - before == args.warmup + args.iters
             results[f"bs{bs}_ctx{ctx}"] = entry
             logger.info("runner bs=%d ctx=%d: %.2f ms (graph %s)", bs, ctx, entry["median_ms"], entry["graph_hit"])
+    # prompt prefill + first frame through the runner (its prefill graphs): one prompt, then as
+    # many as share a forward; each call syncs (codes come back), so wall time is the call
+    hidden = model.config.hidden_size
+    for num_prompts in sorted({1, runner.prefill_shapes.max_prompts}):
+        prompts = [torch.randn(args.prompt_len, hidden, device=device, dtype=dtype) for _ in range(num_prompts)]
+        call = lambda: runner.prefill([PrefillChunk(s, p, 0, True) for s, p in enumerate(prompts)])  # noqa: E731
+        before = runner.graph_stats.num_prefill_graph_steps
+        entry = time_calls(call, device, args.warmup, args.iters)
+        entry["graph_hit"] = runner.graph_stats.num_prefill_graph_steps - before == args.warmup + args.iters
+        results[f"prefill_{num_prompts}x{args.prompt_len}"] = entry
+        logger.info("runner prefill %d x %d: %.2f ms (graph %s)", num_prompts, args.prompt_len, entry["median_ms"],
+                    entry["graph_hit"])
     results["setup"] = {"graph_mode": runner.graph_mode, "capture_or_build_s": setup_s,
                         "kv_cache_bytes": runner.kv_cache_bytes, **runner.graph_stats.summary()}
     return results

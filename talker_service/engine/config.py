@@ -99,8 +99,9 @@ class EngineConfig:
         return min(self.prefill_chunk_tokens, self.max_seq_len)
 
     def prefill_prompt_buckets(self) -> list[int]:
-        """Prompts prefilled in one forward, padded up to one of these (powers of two, max_prefill_batch)."""
-        return power_of_two_buckets(self.max_prefill_batch)
+        """Prompts prefilled in one forward, padded up to one of these: powers of two up to
+        max_prefill_batch, or max_slots when fewer (no more prompts than slots are ever prefilled)."""
+        return power_of_two_buckets(min(self.max_prefill_batch, self.max_slots))
 
     def prefill_length_buckets(self) -> list[int]:
         """Chunk lengths padded up to one of these; the largest is always max_prefill_chunk()."""
