@@ -2,7 +2,8 @@
 + next-input embedding) at 1.7B shapes with random bf16 weights built on the GPU, EOS suppressed.
 
 Paths: eager (batch 1), the whole step captured as one CUDA graph (batch sweep, rows spread over
-positions up to each --context-lens value; attention reads each row's own length), optionally torch.compile'd then captured (--compile). Also a 40-token prefill.
+positions up to each --context-lens value; attention reads each row's own length), optionally
+torch.compile'd then captured (--compile). Also a 40-token prefill.
 
     python benchmarks/bench_talker.py --out benchmarks/results/talker_h200.json
     python benchmarks/bench_talker.py --smoke          # tiny config on CPU, checks the script runs
@@ -271,7 +272,9 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--size", default="1b7", choices=["1b7", "0b6"])
     parser.add_argument("--batch-sizes", default="1,8,32,64,128,256")
-    parser.add_argument("--context-lens", default="256,1024", help="rows spread over positions below each; the largest sets max_seq_len, the first is used for eager/compile")
+    parser.add_argument("--context-lens", default="256,1024",
+                        help="rows spread over positions below each; the largest sets max_seq_len, "
+                             "the first is used for eager/compile")
     parser.add_argument("--candidate-k", type=int, default=64, help="top-k candidate set for sampling (0 = full sort)")
     parser.add_argument("--prompt-len", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)

@@ -45,7 +45,8 @@ class Prefiller:
         """-> codes [k, 16] int64 of frame 0 of the k chunks that end their prompt, in their order."""
         for chunk in chunks:
             if chunk.embeds.shape[0] < 1 or chunk.embeds.shape[0] > self.shapes.max_chunk:
-                raise ValueError(f"a prefill chunk has 1..{self.shapes.max_chunk} positions, got {chunk.embeds.shape[0]}")
+                raise ValueError(f"a prefill chunk has 1..{self.shapes.max_chunk} positions, "
+                                 f"got {chunk.embeds.shape[0]}")
         if len({c.slot for c in chunks}) != len(chunks):
             raise ValueError(f"prefill chunks need distinct slots, got {[c.slot for c in chunks]}")
         order, outputs = [], []
