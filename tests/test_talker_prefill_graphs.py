@@ -167,3 +167,26 @@ def test_graph_stats_summary_has_every_admin_graph_field():
     summary = make_engine(max_slots=2, decode_graphs="emulate").runner.graph_stats.summary()
     assert set(admin_pb2.GraphStats.DESCRIPTOR.fields_by_name) <= set(summary)
     admin_pb2.GraphStats(**{name: summary[name] for name in admin_pb2.GraphStats.DESCRIPTOR.fields_by_name})
+
+
+def test_a_failed_prefill_capture_leaves_the_talker_serving_eagerly_and_counted(prompts, reference, monkeypatch):
+    from talker_service.engine import prefill_graphs
+
+    real = prefill_graphs.CapturedPrefill
+
+    def failing(step, kind, num_prompts, num_positions, *args):
+        if (kind, num_prompts, num_positions) == ("fresh", 2, 32):
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return real(step, kind, num_prompts, num_positions, *args)
+
+    monkeypatch.setattr(prefill_graphs, "CapturedPrefill", failing)
+    runner = make_engine(max_slots=4, decode_graphs="emulate").runner
+    monkeypatch.undo()
+    stats = runner.graph_stats
+    assert len(runner.prefiller.graphs) == 0 and stats.num_prefill_graphs == 0 and stats.prefill_capture_failed
+    assert stats.num_graphs > 0                                       # the decode graphs are untouched
+    for slot, seed in enumerate(SEEDS):
+        runner.assign(slot, sampling(seed))
+    codes = runner.prefill([PrefillChunk(s, e, 0, True) for s, e in enumerate(prompts)])
+    check_against_reference(runner, [0, 1, 2, 3], codes, reference)
+    assert stats.num_prefill_eager_steps == 1 and stats.num_prefill_graph_steps == 0

@@ -107,6 +107,7 @@ class GraphStats:
     num_padding_rows: int = 0
     shape_histogram: Counter = field(default_factory=Counter)   # batch bucket -> steps
     num_prefill_graphs: int = 0
+    prefill_capture_failed: bool = False   # the prefill graphs could not be captured: prefill runs eagerly
     num_prefill_graph_steps: int = 0    # prefill forwards (with their first frames) replayed
     num_prefill_eager_steps: int = 0    # prefill forwards run eagerly: the counted fallback
     num_prefill_padding_tokens: int = 0
@@ -137,7 +138,7 @@ class GraphStats:
                     num_eager_steps=self.num_eager_steps, hit_rate=self.hit_rate,
                     num_padding_rows=self.num_padding_rows,
                     shape_histogram={f"bs{b}": n for b, n in sorted(self.shape_histogram.items())},
-                    num_prefill_graphs=self.num_prefill_graphs,
+                    num_prefill_graphs=self.num_prefill_graphs, prefill_capture_failed=self.prefill_capture_failed,
                     num_prefill_graph_steps=self.num_prefill_graph_steps,
                     num_prefill_eager_steps=self.num_prefill_eager_steps, prefill_hit_rate=self.prefill_hit_rate,
                     num_prefill_padding_tokens=self.num_prefill_padding_tokens,

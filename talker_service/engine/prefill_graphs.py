@@ -114,15 +114,24 @@ class PrefillGraphTable:
 
     @torch.no_grad()
     def capture(self, shapes: list[tuple[str, int, int]], stats: GraphStats) -> None:
-        """Every shape, smallest work first (a failure stops before the big ones)."""
+        """Every shape, smallest work first. A capture failure is logged with its traceback and
+        leaves the table empty: prefill then runs eagerly, counted (num_prefill_eager_steps), and the
+        talker still serves, where a failure of the decode graphs would stop it."""
+        for kind, num_prompts, num_positions in shapes:
+            if kind not in (FRESH, CONTINUED) or num_prompts < 1 or num_positions < 1:
+                raise ValueError(f"not a prefill shape: {(kind, num_prompts, num_positions)}")
         device = self.step.model.device
         reserved0 = torch.cuda.memory_reserved(device) if not self.emulate else 0
         started_s = time.perf_counter()
-        for kind, num_prompts, num_positions in sorted(shapes, key=lambda s: (s[1] * s[2], s)):
-            if kind not in (FRESH, CONTINUED) or num_prompts < 1 or num_positions < 1:
-                raise ValueError(f"not a prefill shape: {(kind, num_prompts, num_positions)}")
-            self.graphs[(kind, num_prompts, num_positions)] = CapturedPrefill(
-                self.step, kind, num_prompts, num_positions, self.padding_row, self.emulate, self.pool)
+        try:
+            for kind, num_prompts, num_positions in sorted(shapes, key=lambda s: (s[1] * s[2], s)):
+                self.graphs[(kind, num_prompts, num_positions)] = CapturedPrefill(
+                    self.step, kind, num_prompts, num_positions, self.padding_row, self.emulate, self.pool)
+        except Exception:  # noqa: BLE001 - any capture failure: serve with the eager prefill instead
+            logger.exception("talker prefill graph capture failed after %d of %d shapes; prefill runs eagerly",
+                             len(self.graphs), len(shapes))
+            self.graphs.clear()
+            stats.prefill_capture_failed = True
         if not self.emulate:
             torch.cuda.synchronize(device)
             stats.graph_memory_bytes += torch.cuda.memory_reserved(device) - reserved0
