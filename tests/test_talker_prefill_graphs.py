@@ -77,6 +77,7 @@ def test_batched_graph_prefill_gives_the_eager_codes(prompts, reference):
     for slot, seed in zip(slots, SEEDS):
         runner.assign(slot, sampling(seed))
     runner.model.cache.k.normal_()             # stale rows of earlier occupants must not matter
+    runner.model.cache.v.normal_()
     codes = runner.prefill([PrefillChunk(s, e, 0, True) for s, e in zip(slots, prompts)])
     check_against_reference(runner, slots, codes, reference)
     stats = runner.graph_stats
@@ -101,17 +102,20 @@ def test_prompts_padded_alone_and_in_smaller_buckets_give_the_eager_codes(prompt
 
 @pytest.mark.parametrize("graphs", ["emulate", "off"])
 def test_chunked_prefill_gives_the_eager_codes(prompts, reference, graphs):
-    """40 positions in chunks of 16: fresh 16, then continued 16 and 8 reading the cache back;
-    the other prompts ride along in the same forwards, one of them ending in each."""
+    """40 positions in chunks of 8 (padded to 16: its padding lands where the next chunk writes),
+    16 and 16, the later ones reading the cache back; the other prompts ride along in the same
+    forwards, ending in the first two."""
     runner = make_engine(max_slots=4, decode_graphs=graphs, pad_to_buckets=graphs == "emulate",
                          prefill_chunk_tokens=16, prefill_token_budget=64).runner
     for slot, seed in enumerate(SEEDS):
         runner.assign(slot, sampling(seed))
+    runner.model.cache.k.normal_()             # stale rows of earlier occupants must not matter
+    runner.model.cache.v.normal_()
     got = {}
     plan = [  # per call: (slot, start, length)
-        [(0, 0, 5), (1, 0, 12), (2, 0, 16), (3, 0, 16)],
-        [(2, 16, 7), (3, 16, 16)],
-        [(3, 32, 8)],
+        [(0, 0, 5), (1, 0, 12), (2, 0, 16), (3, 0, 8)],
+        [(2, 16, 7), (3, 8, 16)],
+        [(3, 24, 16)],
     ]
     for call in plan:
         chunks = [PrefillChunk(s, prompts[s][start:start + n], start, start + n == LENGTHS[s]) for s, start, n in call]
