@@ -194,3 +194,26 @@ def test_a_failed_prefill_capture_leaves_the_talker_serving_eagerly_and_counted(
     codes = runner.prefill([PrefillChunk(s, e, 0, True) for s, e in enumerate(prompts)])
     check_against_reference(runner, [0, 1, 2, 3], codes, reference)
     assert stats.num_prefill_eager_steps == 1 and stats.num_prefill_graph_steps == 0
+
+
+@pytest.mark.parametrize("kind", ["fresh", "continued"])
+def test_the_captured_prefill_step_reads_no_device_data_on_the_host(kind):
+    """The whole captured function (chunk forward, last-position pick, c0 sampling, code predictor,
+    history mark, codec embedding write) on the meta device, where any host read of tensor data
+    raises: it issues no host syncs, the precondition for capturing it as one CUDA graph."""
+    from checkpoint.configs import model_config
+    from talker_service.engine.prefill_graphs import PrefillStep
+    from talker_service.model import FrameDecoder, SlotSamplingTable, TalkerConfig
+    from talker_service.model.loader import build_empty
+
+    config = TalkerConfig.from_dict(model_config("custom_voice", "tiny")["talker_config"])
+    model = build_empty(config, "meta", torch.float32)
+    model.init_runtime(max_slots=4, max_seq_len=32)
+    frames = FrameDecoder(model, SlotSamplingTable(4, config.vocab_size, "meta"), config.vocab_size - 1000,
+                          candidate_k=64)
+    step = PrefillStep(model, frames, torch.empty(4, config.hidden_size, device="meta"))
+    codes = step(torch.empty(2, 16, config.hidden_size, device="meta"),
+                 torch.empty(4, 2, dtype=torch.long, device="meta"), kind)
+    assert codes.shape == (2, 16)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        codes.sum().item()
