@@ -4,7 +4,9 @@ Starts the local stack with `python -m launcher` (or uses --target), then for ea
 level keeps that many streams in flight, each a fixed-length utterance: fixed text streamed word
 by word, seeds fixed per stream, and min_frames = max_frames so end of speech is never sampled and
 every stream has the same length (each row still reports the frames produced). Reports TTFA
-p50/p95, RTF p50/p95 and audio-s/s; writes JSON.
+p50/p95, RTF p50/p95 and audio-s/s, and next to TTFA the server's own timings per stage (queue,
+prefill, first frame, vocoder first chunk, vocoder decode, encode; p50/p95) from the summaries
+the streams end with; writes JSON.
 
     python benchmarks/bench_e2e.py --smoke                     # CPU, tiny, seconds
     python benchmarks/bench_e2e.py --model <1.7B dir> --device cuda --concurrency 1,4,16,64,128,256
@@ -31,7 +33,11 @@ from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
 from benchmarks.stack_stats import collect, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
+from protos.tts.v1 import tts_pb2  # noqa: E402
 
+# ServerTimings fields in pipeline order: talker queue, prefill (with the first frame), first frame
+# sent, vocoder first chunk, vocoder decode (summed), gateway encode (summed)
+STAGES = tuple(f.name for f in tts_pb2.ServerTimings.DESCRIPTOR.fields)
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "green forest where nobody can see it anymore.")
 
@@ -49,7 +55,7 @@ async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor) 
             summary = r.summary
     return {"client_ttfa_ms": (first_s or 0) * 1e3, "ttfa_ms": summary.time_to_first_audio_ms,
             "rtf": summary.real_time_factor, "audio_s": summary.audio_s, "frames": summary.num_frames,
-            "wall_s": time.monotonic() - t0}
+            "wall_s": time.monotonic() - t0, "timings": {name: getattr(summary.timings, name) for name in STAGES}}
 
 
 async def level(target: str, concurrency: int, args) -> dict:
@@ -69,10 +75,12 @@ async def level(target: str, concurrency: int, args) -> dict:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall_s = time.monotonic() - t0
     pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
+    stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
     return {"concurrency": concurrency, "num_streams": len(results), "wall_s": wall_s,
             "ttfa_ms_p50": pct("ttfa_ms", 50), "ttfa_ms_p95": pct("ttfa_ms", 95),
             "client_ttfa_ms_p50": pct("client_ttfa_ms", 50), "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
             "rtf_max": max(r["rtf"] for r in results),
+            "stages": {name: {"p50_ms": stage_pct(name, 50), "p95_ms": stage_pct(name, 95)} for name in STAGES},
             "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s, "raw": results}
 
 
@@ -133,6 +141,9 @@ def main() -> int:
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
+            print("        server p50/p95 ms: " + " | ".join(
+                f"{name.removesuffix('_ms')} {s['p50_ms']:.1f}/{s['p95_ms']:.1f}" for name, s in row["stages"].items()),
+                flush=True)
             if row["server_stats"]:
                 print(f"       {one_line(row['server_stats'])}", flush=True)
         commit = read_commit(ROOT)

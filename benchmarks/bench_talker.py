@@ -1,14 +1,15 @@
 """Talker frame-step benchmark: ms per frame (talker step + c0 sampling + 15-step code predictor
 + next-input embedding) at 1.7B shapes with random bf16 weights built on the GPU, EOS suppressed.
 
-Paths: eager (batch 1), the whole step captured as one CUDA graph (batch sweep, per context
-bucket), optionally torch.compile'd then captured (--compile). Also a 40-token prefill.
+Paths: eager (batch 1), the whole step captured as one CUDA graph (batch sweep, rows spread over
+positions up to each --context-lens value; attention reads each row's own length), optionally
+torch.compile'd then captured (--compile). Also a 40-token prefill.
 
     python benchmarks/bench_talker.py --out benchmarks/results/talker_h200.json
     python benchmarks/bench_talker.py --smoke          # tiny config on CPU, checks the script runs
     python benchmarks/bench_talker.py --path runner --context-lens 256,1024,2048 --out ...
-        # the service path: ModelRunner.decode with its own graph table (capture code in
-        # talker_service/engine/graphs.py, shared with the raw graph path here)
+        # the service path: ModelRunner.decode with its own graph table, one graph per batch
+        # bucket (capture code in talker_service/engine/graphs.py, shared with the raw graph path)
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
 from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
 from talker_service.engine.graphs import capture_graph  # noqa: E402
+from talker_service.engine.prefiller import PrefillChunk  # noqa: E402
 from talker_service.model.talker import build_empty  # noqa: E402
 from talker_service.prompt import PromptVocab  # noqa: E402
 
@@ -60,12 +62,12 @@ def build_random(config: TalkerConfig, device, dtype, max_slots: int, max_seq_le
 
 
 class FrameStep:
-    """Static tensors + one frame step for `batch` rows at different positions within `context_len`."""
+    """Static tensors + one frame step for `batch` rows at different positions below `context_len`."""
 
     def __init__(self, decoder: FrameDecoder, batch: int, context_len: int, prompt_len: int):
         model = decoder.model
         device, hidden = model.device, model.config.hidden_size
-        self.decoder, self.context_len = decoder, context_len
+        self.decoder = decoder
         self.slots = torch.arange(batch, device=device)
         spread = max(1, context_len - prompt_len - 1)
         self.positions = prompt_len + (torch.arange(batch, device=device) * 7) % spread
@@ -76,7 +78,7 @@ class FrameStep:
         self.decode = decoder.decode
 
     def __call__(self):
-        frame = self.decode(self.embeds, self.slots, self.positions, self.steps, self.context_len)
+        frame = self.decode(self.embeds, self.slots, self.positions, self.steps)
         self.embeds.copy_(frame.codec_embeds + self.pad_text)
         self.codes.copy_(frame.codes)
         self.steps.add_(1)
@@ -142,11 +144,12 @@ def bench_compiled(decoder: FrameDecoder, args, context_len: int) -> dict:
 
 def bench_runner(raw: dict, config: TalkerConfig, args, device, dtype) -> dict:
     """The service path: ModelRunner.decode (host index rows -> graph lookup -> padded replay ->
-    codes back on the host) with the runner's own graph table, at each batch size and context."""
+    codes back on the host) with the runner's own graph table (one graph per batch bucket), at each
+    batch size with rows spread over positions below each context length."""
     batches = [int(b) for b in args.batch_sizes.split(",")]
     contexts = [int(c) for c in args.context_lens.split(",")]
     engine_config = EngineConfig(max_slots=max(batches), max_seq_len=max(contexts), batch_buckets=tuple(batches),
-                                 context_buckets=tuple(contexts), decode_graphs=args.runner_graphs)
+                                 decode_graphs=args.runner_graphs)
     model = random_model(config, device, dtype, engine_config.max_slots + 1, engine_config.max_seq_len)
     vocab = PromptVocab.from_config(raw)
     started = time.perf_counter()
@@ -165,6 +168,18 @@ def bench_runner(raw: dict, config: TalkerConfig, args, device, dtype) -> dict:
             entry["graph_hit"] = runner.graph_stats.num_graph_steps - before == args.warmup + args.iters
             results[f"bs{bs}_ctx{ctx}"] = entry
             logger.info("runner bs=%d ctx=%d: %.2f ms (graph %s)", bs, ctx, entry["median_ms"], entry["graph_hit"])
+    # prompt prefill + first frame through the runner (its prefill graphs): one prompt, then as
+    # many as share a forward; each call syncs (codes come back), so wall time is the call
+    hidden = model.config.hidden_size
+    for num_prompts in sorted({1, runner.prefill_shapes.max_prompts}):
+        prompts = [torch.randn(args.prompt_len, hidden, device=device, dtype=dtype) for _ in range(num_prompts)]
+        call = lambda: runner.prefill([PrefillChunk(s, p, 0, True) for s, p in enumerate(prompts)])  # noqa: E731
+        before = runner.graph_stats.num_prefill_graph_steps
+        entry = time_calls(call, device, args.warmup, args.iters)
+        entry["graph_hit"] = runner.graph_stats.num_prefill_graph_steps - before == args.warmup + args.iters
+        results[f"prefill_{num_prompts}x{args.prompt_len}"] = entry
+        logger.info("runner prefill %d x %d: %.2f ms (graph %s)", num_prompts, args.prompt_len, entry["median_ms"],
+                    entry["graph_hit"])
     results["setup"] = {"graph_mode": runner.graph_mode, "capture_or_build_s": setup_s,
                         "kv_cache_bytes": runner.kv_cache_bytes, **runner.graph_stats.summary()}
     return results
@@ -254,7 +269,9 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     parser.add_argument("--size", default="1b7", choices=["1b7", "0b6"])
     parser.add_argument("--batch-sizes", default="1,8,32,64,128,256")
-    parser.add_argument("--context-lens", default="256,1024", help="static context buckets; the first is used for eager/compile")
+    parser.add_argument("--context-lens", default="256,1024",
+                        help="rows spread over positions below each; the largest sets max_seq_len, "
+                             "the first is used for eager/compile")
     parser.add_argument("--candidate-k", type=int, default=64, help="top-k candidate set for sampling (0 = full sort)")
     parser.add_argument("--prompt-len", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)

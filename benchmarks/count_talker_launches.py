@@ -86,7 +86,7 @@ def build(size: str, batch: int, context_len: int, candidate_k: int | None) -> t
     decoder = FrameDecoder(model, table, EOS_ID, candidate_k=candidate_k)
     inputs = dict(input_embeds=torch.empty(batch, config.hidden_size, device=device, dtype=torch.bfloat16),
                   slots=torch.arange(batch, device=device), positions=torch.full((batch,), 40, device=device),
-                  steps=torch.zeros(batch, dtype=torch.int64, device=device), context_len=context_len)
+                  steps=torch.zeros(batch, dtype=torch.int64, device=device))
     return decoder, inputs
 
 

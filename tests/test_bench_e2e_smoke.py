@@ -31,4 +31,13 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload)
         talker, vocoder = row["server_stats"]["talker"], row["server_stats"]["vocoder"]
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
-        assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] >= row["num_streams"]
+        assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] > 0
+        # the server's timings per stage, next to TTFA, from the streams' summaries
+        assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
+                                       "vocoder_decode_ms", "encode_ms"]
+        for name, stage in row["stages"].items():
+            assert 0 <= stage["p50_ms"] <= stage["p95_ms"], name
+            assert all(r["timings"][name] >= 0 for r in row["raw"])
+        for name in ("prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms"):
+            assert row["stages"][name]["p50_ms"] > 0, name
+    assert "server p50/p95 ms: queue " in proc.stdout

@@ -1,8 +1,8 @@
 """The talker decode step through the graph table (emulate mode on CPU: the same static buffers,
-padding rows, bucket lookup and context buckets as CUDA graph replay, with the step run eagerly).
+padding rows and bucket lookup as CUDA graph replay, with the step run eagerly).
 
 The graph path must give every request exactly the codes it gets from the plain eager step with
-no padding and the full context, whatever its batch mates, padding rows and context bucket.
+no padding, whatever its batch mates and padding rows.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from test_talker_engine import CASES, alone
 from test_talker_engine_support import Collector, add, make_engine, text_ids
 from test_vocoder_process_support import one_cpu_thread
 
-GRAPHED = dict(decode_graphs="emulate", context_buckets=(16, 24), batch_buckets=(2, 4))
+GRAPHED = dict(decode_graphs="emulate", batch_buckets=(2, 4))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,35 +51,13 @@ def test_graph_path_codes_equal_eager_for_staggered_requests_with_padding(eager)
         assert len(codes) > 2
         assert np.array_equal(got.codes(i), codes), f"request {i}: graph path differs from eager"
     stats = graphed.runner.graph_stats
-    assert stats.num_graphs == 2 * 3                                 # batch (2, 4) x context (16, 24, 128)
+    assert stats.num_graphs == 2                                     # one per batch bucket (2, 4), no context axis
     assert stats.num_graph_steps == graphed.stats.num_decode_steps > 0
     assert stats.num_eager_steps == 0 and stats.hit_rate == 1.0
     assert stats.num_padding_rows > 0                                # a batch of 3 ran in the bucket of 4
-    shapes = set(stats.shape_histogram)
-    assert {c for _, c in shapes} >= {16, 24}, f"the short context buckets should be used, got {shapes}"
+    assert set(stats.shape_histogram) == {2, 4}, f"both batch buckets should be used, got {stats.shape_histogram}"
     assert sum(stats.shape_histogram.values()) == stats.num_graph_steps
-    first = graphed.runner.first_frames   # every prefill's first frame went through its graph path
-    assert first.num_graph_runs > 0 and first.num_eager_runs == 0
     graphed.scheduler.check_invariants()
-
-
-def test_first_frames_of_prompts_prefilled_together_equal_eager_with_padding(eager):
-    """Three prompts prefilled together take the first-frame graph of batch 4 (one padding row)."""
-    cases = [CASES[i] for i in (0, 1, 2)]
-    expected = [alone(eager, f"t{i}", text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
-                for i, (n, seed, greedy, streaming, spk) in enumerate(cases)]
-    graphed = make_engine(max_slots=4, **GRAPHED)
-    for i, (n, seed, greedy, streaming, spk) in enumerate(cases):
-        add(graphed, i, text_ids(i, n), seed, greedy=greedy, streaming=streaming, speaker=spk)
-    got = Collector()
-    for _ in range(200):
-        if not graphed.has_work():
-            break
-        got.take(graphed.step())
-    for i, codes in enumerate(expected):
-        assert np.array_equal(got.codes(i), codes), f"request {i}: first frame path differs from eager"
-    first = graphed.runner.first_frames
-    assert first.batch_sizes == [1, 2, 4, 8] and first.num_graph_runs == 1 and first.num_eager_runs == 0
 
 
 def decode_alone(config: dict, num_steps: int) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, object]:
@@ -121,9 +99,9 @@ def test_batches_above_graph_max_batch_run_eagerly_and_are_counted(eager):
     for i, codes in expected.items():
         assert np.array_equal(got.codes(i), codes), f"request {i}: mixed graph/eager path differs"
     stats = engine.runner.graph_stats
-    assert stats.num_graphs == 1 * 3                                 # batch (2,) x context (16, 24, 128)
+    assert stats.num_graphs == 1                                     # batch (2,) only
     assert stats.num_graph_steps > 0 and stats.num_eager_steps > 0
     assert stats.num_graph_steps + stats.num_eager_steps == engine.stats.num_decode_steps
     assert 0.0 < stats.hit_rate < 1.0
     summary = stats.summary()
-    assert summary["num_eager_steps"] == stats.num_eager_steps and "bs4_ctx128" in summary["shape_histogram"]
+    assert summary["num_eager_steps"] == stats.num_eager_steps and "bs4" in summary["shape_histogram"]

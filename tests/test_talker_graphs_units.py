@@ -18,22 +18,20 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def runner():
-    return make_engine(max_slots=8, max_seq_len=64, decode_graphs="emulate", context_buckets=(16, 32)).runner
+    return make_engine(max_slots=8, max_seq_len=64, decode_graphs="emulate").runner
 
 
-def test_find_picks_the_smallest_covering_batch_and_context(runner):
+def test_find_picks_the_smallest_covering_batch(runner):
     table = runner.graphs
-    assert table.batch_sizes == [1, 2, 4, 8] and table.context_lens == [16, 32, 64]
-    assert len(table) == 12 and runner.graph_stats.num_graphs == 12
-    cases = {(1, 1): (1, 16), (3, 16): (4, 16), (3, 17): (4, 32), (5, 33): (8, 64), (8, 64): (8, 64)}
-    for (batch, positions), shape in cases.items():
-        graph = table.find(batch, positions)
-        assert (graph.batch_size, graph.context_len) == shape, (batch, positions)
-    assert table.find(9, 1) is None and table.find(1, 65) is None
+    assert table.batch_sizes == [1, 2, 4, 8]
+    assert len(table) == 4 and runner.graph_stats.num_graphs == 4     # one graph per batch bucket, no context axis
+    for batch, bucket in {1: 1, 2: 2, 3: 4, 5: 8, 8: 8}.items():
+        assert table.find(batch).batch_size == bucket, batch
+    assert table.find(9) is None
 
 
 def test_static_buffers_hold_padding_rows_after_a_step(runner):
-    graph = runner.graphs.find(3, 16)
+    graph = runner.graphs.find(3)
     rows = np.array([[0, 1, 2], [3, 4, 5], [0, 0, 0], [runner.vocab.tts_pad_id] * 3], dtype=np.int64)
     codes = graph.run(rows)
     assert tuple(codes.shape) == (3, 16)
@@ -59,7 +57,8 @@ def test_kv_slots_that_fit():
 
 
 def test_config_checks():
-    assert EngineConfig(max_slots=4, max_seq_len=64, context_buckets=(16,)).context_lens() == [16, 64]
+    with pytest.raises(ValueError, match=r"context_buckets \(16,\) is no longer supported.*one decode graph per batch"):
+        EngineConfig(max_slots=4, max_seq_len=64, context_buckets=(16,))
     assert EngineConfig().graph_mode("cpu") == "off" and EngineConfig().graph_mode("cuda") == "capture"
     assert EngineConfig(decode_graphs="emulate", pad_to_buckets=False).is_padding("cpu")
     for bad in (dict(context_buckets=(0,)), dict(max_seq_len=64, context_buckets=(128,)),

@@ -105,7 +105,7 @@ def test_decode_frame_reads_no_device_data_on_the_host():
     model.init_runtime(max_slots=4, max_seq_len=32)
     decoder = FrameDecoder(model, SlotSamplingTable(4, 3072, "meta"), EOS, candidate_k=64)
     index = torch.empty(3, dtype=torch.long, device="meta")
-    frame = decoder.decode(torch.empty(3, 48, device="meta"), index, index, index, context_len=16)
+    frame = decoder.decode(torch.empty(3, 48, device="meta"), index, index, index)
     assert frame.codes.shape == (3, 16) and frame.codec_embeds.shape == (3, 48)
     with pytest.raises((RuntimeError, NotImplementedError)):
         frame.codes.sum().item()

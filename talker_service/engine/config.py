@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GRAPH_MODES = ("auto", "capture", "emulate", "off")
+MIN_PREFILL_TOKEN_BUCKET = 16   # the smallest prompt-length bucket (a streaming prompt is ~10 positions)
 
 
 def power_of_two_buckets(max_size: int) -> list[int]:
@@ -33,25 +34,37 @@ def kv_slots_that_fit(max_slots: int, bytes_per_slot: int, free_bytes: int, memo
 class EngineConfig:
     max_slots: int = 8                 # requests generating at once (KV cache rows)
     max_seq_len: int = 2048            # positions per slot: prompt plus frames
-    max_prefill_batch: int = 8         # prompts prefilled together in one step
+    max_prefill_batch: int = 8         # prompts prefilled together in one forward
+    # a prompt longer than this is prefilled in chunks of at most this many positions, one chunk per
+    # step, between the decode steps of the running streams; also the largest prompt-length bucket
+    prefill_chunk_tokens: int = 256
+    # positions prefilled per engine step over all prompts, counted padded (prompts bucket x length
+    # bucket): bounds the pause a burst of arrivals puts between two decode steps of running streams
+    prefill_token_budget: int = 512
+    prefill_token_buckets: tuple[int, ...] = ()   # prompt-length buckets; empty: 16, 32, ... up to the chunk
     max_queued: int = 64               # admitted requests waiting for a slot; beyond: RESOURCE_EXHAUSTED
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: powers of two
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
-    # decode step as one CUDA graph per (batch bucket, context bucket): "auto" captures on CUDA
-    # and runs eagerly on CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
+    # decode step as one CUDA graph per batch bucket and prefill (with the first frame) as one per
+    # (prompts bucket, length bucket, fresh or continued): "auto" captures on CUDA and runs eagerly
+    # on CPU; "emulate" runs the graph path's padded static buffers eagerly (tests)
     decode_graphs: str = "auto"
-    # positions a graph accepts; empty: max_seq_len only. Attention reads each row's own length
-    # from its slot (kernels/slot_attention.py), so more buckets only add capture time and memory.
+    # retired: graphs were once keyed by a context bucket too. Attention reads each row's own length
+    # from its slot (kernels/slot_attention.py), so a context dimension only multiplied captures;
+    # kept as a field so a configured value is refused with a message, not silently dropped
     context_buckets: tuple[int, ...] = ()
     graph_max_batch: int = 0           # graphs only for batch buckets <= this (0: all); larger run eagerly
     # > 0 (CUDA): max_slots shrinks until the KV cache takes at most this fraction of the device
     # memory free after the weights load; 0: allocate max_slots x max_seq_len as configured
     kv_memory_fraction: float = 0.0
+    # run every shape serving can use once before the engine is handed out (Triton compiles, cuBLAS
+    # choices, allocator growth), so the first request is as fast as the hundredth; None: on CUDA
+    warm_up: bool | None = None
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens"):
+        for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens", "prefill_chunk_tokens"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_queued", "graph_max_batch"):
@@ -59,8 +72,16 @@ class EngineConfig:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(size < 1 or size > self.max_slots for size in self.batch_buckets):
             problems.append(f"batch_buckets {self.batch_buckets} must lie in [1, max_slots={self.max_slots}]")
-        if any(size < 1 or size > self.max_seq_len for size in self.context_buckets):
-            problems.append(f"context_buckets {self.context_buckets} must lie in [1, max_seq_len={self.max_seq_len}]")
+        if self.prefill_token_budget < self.prefill_chunk_tokens:
+            problems.append(f"prefill_token_budget ({self.prefill_token_budget}) must be >= prefill_chunk_tokens "
+                            f"({self.prefill_chunk_tokens}): one chunk must fit a step")
+        if any(size < 1 or size > self.prefill_chunk_tokens for size in self.prefill_token_buckets):
+            problems.append(f"prefill_token_buckets {self.prefill_token_buckets} must lie in "
+                            f"[1, prefill_chunk_tokens={self.prefill_chunk_tokens}]")
+        if self.context_buckets:
+            problems.append(f"context_buckets {self.context_buckets} is no longer supported: decode attention reads "
+                            "each row's own length, so there is one decode graph per batch bucket; drop the "
+                            "setting (--context-buckets)")
         if self.decode_graphs not in GRAPH_MODES:
             problems.append(f"decode_graphs must be one of {GRAPH_MODES}, got {self.decode_graphs!r}")
         if not 0.0 <= self.kv_memory_fraction < 1.0:
@@ -73,9 +94,24 @@ class EngineConfig:
         return sorted(set(self.batch_buckets) | {self.max_slots}) if self.batch_buckets \
             else power_of_two_buckets(self.max_slots)
 
-    def context_lens(self) -> list[int]:
-        """Sorted attention context buckets, the largest always max_seq_len (every position fits one)."""
-        return sorted(set(self.context_buckets) | {self.max_seq_len})
+    def max_prefill_chunk(self) -> int:
+        """Positions of one prompt per chunk: a prompt is shorter than max_seq_len, so no more."""
+        return min(self.prefill_chunk_tokens, self.max_seq_len)
+
+    def prefill_prompt_buckets(self) -> list[int]:
+        """Prompts prefilled in one forward, padded up to one of these: powers of two up to
+        max_prefill_batch, or max_slots when fewer (no more prompts than slots are ever prefilled)."""
+        return power_of_two_buckets(min(self.max_prefill_batch, self.max_slots))
+
+    def prefill_length_buckets(self) -> list[int]:
+        """Chunk lengths padded up to one of these; the largest is always max_prefill_chunk()."""
+        chunk = self.max_prefill_chunk()
+        sizes = self.prefill_token_buckets or tuple(
+            b for b in power_of_two_buckets(chunk) if b >= min(MIN_PREFILL_TOKEN_BUCKET, chunk))
+        return sorted({min(b, chunk) for b in sizes} | {chunk})
+
+    def is_warm_up(self, device_type: str) -> bool:
+        return device_type == "cuda" if self.warm_up is None else self.warm_up
 
     def graph_mode(self, device_type: str) -> str:
         """"capture", "emulate" or "off" for a runner on `device_type`."""

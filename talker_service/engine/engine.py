@@ -1,8 +1,10 @@
 """The talker engine: scheduler + model runner, driven by `step()`, with no sockets.
 
 Calls from the outside (add_request, push_text, end_text, abort) only change bookkeeping; all
-model work happens in `step()`, which prefills the ready queued requests, then advances every
-runnable request by one frame in a single batched decode, and returns what each request got
+model work happens in `step()`, which gives the ready queued requests slots, prefills prompt
+chunks within the step's token budget (prefill_plan.py: prompts that arrive together share a
+forward, long prompts are split over several steps), then advances every runnable request by
+one frame in a single batched decode, and returns what each request got
 this step: a `FramesOut` (numbered 0, 1, 2, ... per request; the last one is_final) or an
 `ErrorOut`. The ZeroMQ server and the offline BatchRunner are both thin users of this class.
 """
@@ -16,6 +18,8 @@ import numpy as np
 import torch
 
 from talker_service.engine.config import EngineConfig
+from talker_service.engine.prefill_plan import PrefillJob, plan_step
+from talker_service.engine.prefiller import PrefillChunk
 from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest, ErrorOut, FramesOut, RequestState
 from talker_service.engine.runner import ModelRunner
 from talker_service.engine.scheduler import Scheduler
@@ -38,6 +42,9 @@ class TalkerEngine:
         self.stats = EngineStats()
         self._touched: dict[Hashable, EngineRequest] = {}   # requests with output this step
         self._errors: list[ErrorOut] = []
+        self._prefilling: dict[Hashable, PrefillJob] = {}   # slot held, prompt not yet all in the cache
+        self._last_decode_s = 0.0
+        self._last_decoded: set[Hashable] = set()
 
     # ---- requests in ------------------------------------------------------------------------
     def add_request(self, request_id: Hashable, prompt: PromptRequest, feed: TextFeed,
@@ -114,7 +121,7 @@ class TalkerEngine:
     def has_runnable(self) -> bool:
         """Something a step would do now (a ready prefill with a free slot, or an unparked request)."""
         s = self.scheduler
-        return any(r.feed.is_step_ready for r in s.running.values()) or (
+        return bool(self._prefilling) or any(r.feed.is_step_ready for r in s.running.values()) or (
             bool(s.free_slots) and any(r.feed.is_prefill_ready for r in s.queued.values()))
 
     # ---- the step ---------------------------------------------------------------------------
@@ -123,16 +130,18 @@ class TalkerEngine:
         start_s = self.clock()
         prefills = self.scheduler.take_prefills()
         if prefills:
-            self._prefill(prefills)
-        runnable = self.scheduler.take_runnable()
+            self._start_prefills(prefills)
+        if self._prefilling:
+            self._prefill_chunks()
+        runnable = self.scheduler.take_runnable(skip=self._prefilling)
         if runnable:
             self._decode(runnable)
             self.stats.step_time.add((self.clock() - start_s) * 1e3)
         return self._collect()
 
-    def _prefill(self, requests: list[EngineRequest]) -> None:
+    def _start_prefills(self, requests: list[EngineRequest]) -> None:
+        """Prompt embeddings of requests that just got a slot; their chunks run from this step on."""
         start_s = self.clock()
-        ready, embeds = [], []
         max_seq_len = self.config.max_seq_len
         for request in requests:
             request.prefill_start_s = start_s
@@ -159,25 +168,45 @@ class TalkerEngine:
                 self._finish(request, reason)
                 continue
             self.runner.assign(request.slot, request.sampling)
-            ready.append(request)
-            embeds.append(prompt_embeds)
-        if not ready:
-            return
-        codes = self.runner.prefill(embeds, [r.slot for r in ready])   # [n, 16]
-        prefill_ms = (self.clock() - start_s) * 1e3
-        self.stats.prefill_time.add(prefill_ms)
-        for request, row in zip(ready, codes):
-            request.prefill_ms = prefill_ms
-            self._accept(request, row)
+            self._prefilling[request.request_id] = PrefillJob(request, request.prompt_len, prompt_embeds)
+
+    def _prefill_chunks(self) -> None:
+        """This step's prompt chunks (within the token budget); a prompt's last chunk gives its first frame."""
+        start_s = self.clock()
+        plan = plan_step(list(self._prefilling.values()), self.runner.prefill_shapes)
+        chunks = [PrefillChunk(job.key.slot, job.embeds[job.done:job.done + n], job.done, job.done + n == job.length)
+                  for job, n in plan]
+        codes = iter(self.runner.prefill(chunks))   # [k, 16]: one row per prompt that ends here
+        end_s = self.clock()
+        self.stats.prefill_time.add((end_s - start_s) * 1e3)
+        self.stats.num_prefill_chunks += len(chunks)
+        for job, n in plan:
+            job.done += n
+            if job.done == job.length:
+                request = job.key
+                del self._prefilling[request.request_id]
+                request.prefill_ms = (end_s - request.prefill_start_s) * 1e3
+                self._accept(request, next(codes))
 
     def _decode(self, runnable: list[tuple[EngineRequest, int]]) -> None:
         requests = [r for r, _ in runnable]
+        self._note_decode_gap({r.request_id for r in requests})
         codes = self.runner.decode([r.slot for r in requests], [r.position for r in requests],
                                    [r.num_frames for r in requests], [t for _, t in runnable])   # [n, 16]
         self.stats.num_decode_steps += 1
         self.stats.batch_size_histogram[len(requests)] += 1
         for request, row in zip(requests, codes):
             self._accept(request, row)
+
+    def _note_decode_gap(self, decoded: set[Hashable]) -> None:
+        """Time since the previous decode step when a stream runs in both: what prefill work (a burst
+        of arrivals) and everything else between two steps cost the running streams."""
+        now_s = self.clock()
+        if self._last_decoded & decoded:
+            gap_ms = (now_s - self._last_decode_s) * 1e3
+            self.stats.decode_gap.add(gap_ms)
+            self.stats.max_decode_gap_ms = max(self.stats.max_decode_gap_ms, gap_ms)
+        self._last_decode_s, self._last_decoded = now_s, decoded
 
     def _accept(self, request: EngineRequest, row: np.ndarray) -> None:
         self._touched[request.request_id] = request
@@ -195,6 +224,7 @@ class TalkerEngine:
     def _release(self, request: EngineRequest) -> None:
         if request.state == RequestState.RUNNING:
             self.runner.release(request.slot)
+        self._prefilling.pop(request.request_id, None)
         self.scheduler.release(request)
         self._touched.pop(request.request_id, None)
 

@@ -1,4 +1,4 @@
-"""The talker decode step as one CUDA graph per (batch bucket, context bucket).
+"""The talker decode step as one CUDA graph per batch bucket.
 
 A decode step is thousands of small kernels (talker layers, codec head, logit processing,
 seeded sampling, 15 code-predictor positions); launched one by one they cost several times the
@@ -7,9 +7,9 @@ positions, frame counts, text ids), so it can be captured once per shape and rep
 
 A step of n rows uses the smallest captured batch >= n; rows n.. point at the runner's scratch
 slot (position 0, pad text), which no request owns: their KV writes, history marks and codec
-embeddings land on that slot only, and every real row reads only its own slot. The context
-bucket bounds the keys each row attends over (the smallest bucket > the largest position), so a
-batch of short requests does not read the whole allocated cache.
+embeddings land on that slot only, and every real row reads only its own slot. Attention reads
+each row's keys up to its own position (kernels/slot_attention.py), so one graph per batch size
+serves every context length: the table has no context dimension.
 
 All graphs share one memory pool: replays never overlap (one engine thread). `emulate=True`
 (CPU tests) keeps the same static buffers, padding and lookup and runs the step eagerly instead
@@ -57,22 +57,21 @@ class DecodeStep:
     def __init__(self, model: TalkerModel, frames: FrameDecoder, codec_embeds: torch.Tensor) -> None:
         self.model, self.frames, self.codec_embeds = model, frames, codec_embeds
 
-    def __call__(self, index_rows: torch.Tensor, context_len: int | None) -> torch.Tensor:
+    def __call__(self, index_rows: torch.Tensor) -> torch.Tensor:
         """index_rows int64 [4, bs] (slots, positions, counts, text ids) -> codes int64 [bs, 16]."""
         slots, positions, counts, text_ids = index_rows
         inputs = self.codec_embeds[slots] + self.model.embed_text(text_ids)          # [bs, H]
-        out = self.frames.decode(inputs, slots, positions, counts, context_len)
+        out = self.frames.decode(inputs, slots, positions, counts)
         self.codec_embeds[slots] = out.codec_embeds.to(self.codec_embeds.dtype)
         return out.codes
 
 
 class CapturedDecode:
-    """Static index rows, pinned host staging, and the graph of one (batch, context) shape."""
+    """Static index rows, pinned host staging, and the graph of one batch size."""
 
-    def __init__(self, step: DecodeStep, batch_size: int, context_len: int, padding_row: list[int],
-                 emulate: bool, pool=None) -> None:
+    def __init__(self, step: DecodeStep, batch_size: int, padding_row: list[int], emulate: bool, pool=None) -> None:
         device = step.model.device
-        self.step, self.batch_size, self.context_len = step, batch_size, context_len
+        self.step, self.batch_size = step, batch_size
         self.padding_row = np.asarray(padding_row, dtype=np.int64)                    # [4]
         host = torch.zeros(NUM_INDEX_ROWS, batch_size, dtype=torch.long)
         self.host = host.pin_memory() if device.type == "cuda" else host              # [4, B]
@@ -80,7 +79,7 @@ class CapturedDecode:
         self.index_rows = self.host.to(device)                                        # [4, B]
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
-            self.graph, self.codes = capture_graph(lambda: step(self.index_rows, context_len), pool=pool)
+            self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool)
 
     def run(self, rows: np.ndarray) -> torch.Tensor:
         """rows int64 [4, n] (n <= batch_size) -> device codes [n, 16]."""
@@ -93,77 +92,97 @@ class CapturedDecode:
         # non_blocking is safe: the caller reads the codes back (a sync) before the next refill
         self.index_rows.copy_(self.host, non_blocking=True)
         if self.graph is None:
-            return self.step(self.index_rows, self.context_len)[:n]
+            return self.step(self.index_rows)[:n]
         self.graph.replay()
         return self.codes[:n]
 
 
 @dataclass
 class GraphStats:
-    num_graphs: int = 0
-    graph_memory_bytes: int = 0
+    num_graphs: int = 0                 # decode graphs
+    graph_memory_bytes: int = 0         # decode and prefill graphs
     capture_s: float = 0.0
     num_graph_steps: int = 0
     num_eager_steps: int = 0
     num_padding_rows: int = 0
-    shape_histogram: Counter = field(default_factory=Counter)   # (batch bucket, context bucket) -> steps
+    shape_histogram: Counter = field(default_factory=Counter)   # batch bucket -> steps
+    num_prefill_graphs: int = 0
+    prefill_capture_failed: bool = False   # the prefill graphs could not be captured: prefill runs eagerly
+    num_prefill_graph_steps: int = 0    # prefill forwards (with their first frames) replayed
+    num_prefill_eager_steps: int = 0    # prefill forwards run eagerly: the counted fallback
+    num_prefill_padding_tokens: int = 0
+    prefill_shape_histogram: Counter = field(default_factory=Counter)   # (kind, prompts, positions) -> forwards
+    warm_up_s: float = 0.0
+    num_warm_up_shapes: int = 0
 
     @property
     def hit_rate(self) -> float:
         total = self.num_graph_steps + self.num_eager_steps
         return self.num_graph_steps / total if total else 0.0
 
+    @property
+    def prefill_hit_rate(self) -> float:
+        total = self.num_prefill_graph_steps + self.num_prefill_eager_steps
+        return self.num_prefill_graph_steps / total if total else 0.0
+
+    def reset_counters(self) -> None:
+        """Forget the steps counted so far (the warm-up's), keep what was captured."""
+        self.num_graph_steps = self.num_eager_steps = self.num_padding_rows = 0
+        self.num_prefill_graph_steps = self.num_prefill_eager_steps = self.num_prefill_padding_tokens = 0
+        self.shape_histogram = Counter()
+        self.prefill_shape_histogram = Counter()
+
     def summary(self) -> dict:
         return dict(num_graphs=self.num_graphs, graph_memory_bytes=self.graph_memory_bytes,
                     capture_s=self.capture_s, num_graph_steps=self.num_graph_steps,
                     num_eager_steps=self.num_eager_steps, hit_rate=self.hit_rate,
                     num_padding_rows=self.num_padding_rows,
-                    shape_histogram={f"bs{b}_ctx{c}": n for (b, c), n in sorted(self.shape_histogram.items())})
+                    shape_histogram={f"bs{b}": n for b, n in sorted(self.shape_histogram.items())},
+                    num_prefill_graphs=self.num_prefill_graphs, prefill_capture_failed=self.prefill_capture_failed,
+                    num_prefill_graph_steps=self.num_prefill_graph_steps,
+                    num_prefill_eager_steps=self.num_prefill_eager_steps, prefill_hit_rate=self.prefill_hit_rate,
+                    num_prefill_padding_tokens=self.num_prefill_padding_tokens,
+                    prefill_shape_histogram={f"{k}_p{p}_t{t}": n
+                                             for (k, p, t), n in sorted(self.prefill_shape_histogram.items())},
+                    warm_up_s=self.warm_up_s, num_warm_up_shapes=self.num_warm_up_shapes)
 
 
 class DecodeGraphTable:
-    """Captured decode steps by (batch, context), and the smallest one covering a step."""
+    """Captured decode steps by batch size, and the smallest one covering a step."""
 
     def __init__(self, step: DecodeStep, padding_row: list[int], emulate: bool) -> None:
         device = step.model.device
         if not emulate and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA talker, this one is on {device}")
         self.step, self.padding_row, self.emulate = step, padding_row, emulate
-        self.graphs: dict[tuple[int, int], CapturedDecode] = {}
+        self.graphs: dict[int, CapturedDecode] = {}
         self.batch_sizes: list[int] = []
-        self.context_lens: list[int] = []
         self.pool = None if emulate else torch.cuda.graph_pool_handle()
 
     @torch.no_grad()
-    def capture(self, batch_sizes: list[int], context_lens: list[int], stats: GraphStats) -> None:
-        """Every (batch, context) shape, smallest work first (a failure stops before the big ones)."""
-        if not batch_sizes or not context_lens or min(batch_sizes) < 1 or min(context_lens) < 1:
-            raise ValueError(f"capture needs positive batch and context sizes, got {batch_sizes}, {context_lens}")
-        shapes = sorted({(b, c) for b in batch_sizes for c in context_lens}, key=lambda s: (s[0] * s[1], s))
+    def capture(self, batch_sizes: list[int], stats: GraphStats) -> None:
+        """Every batch size, smallest first (a failure stops before the big ones)."""
+        if not batch_sizes or min(batch_sizes) < 1:
+            raise ValueError(f"capture needs positive batch sizes, got {batch_sizes}")
         device = self.step.model.device
         reserved0 = torch.cuda.memory_reserved(device) if not self.emulate else 0
         started_s = time.perf_counter()
-        for batch_size, context_len in shapes:
-            self.graphs[(batch_size, context_len)] = CapturedDecode(
-                self.step, batch_size, context_len, self.padding_row, self.emulate, self.pool)
+        for batch_size in sorted(set(batch_sizes)):
+            self.graphs[batch_size] = CapturedDecode(self.step, batch_size, self.padding_row, self.emulate, self.pool)
         if not self.emulate:
             torch.cuda.synchronize(device)
             stats.graph_memory_bytes = torch.cuda.memory_reserved(device) - reserved0
-        self.batch_sizes = sorted({b for b, _ in self.graphs})
-        self.context_lens = sorted({c for _, c in self.graphs})
+        self.batch_sizes = sorted(self.graphs)
         stats.num_graphs = len(self.graphs)
         stats.capture_s = time.perf_counter() - started_s
-        logger.info("%s %d talker decode graphs (batch %s x context %s) in %.1f s, %.1f MiB",
+        logger.info("%s %d talker decode graphs (batch %s) in %.1f s, %.1f MiB",
                     "emulated" if self.emulate else "captured", len(self.graphs), self.batch_sizes,
-                    self.context_lens, stats.capture_s, stats.graph_memory_bytes / 2**20)
+                    stats.capture_s, stats.graph_memory_bytes / 2**20)
 
-    def find(self, batch_size: int, num_positions: int) -> CapturedDecode | None:
-        """The graph for batch_size rows whose largest position is num_positions - 1 (None: run eagerly)."""
+    def find(self, batch_size: int) -> CapturedDecode | None:
+        """The graph for a step of batch_size rows (None: no bucket that large is captured, run eagerly)."""
         batch = next((b for b in self.batch_sizes if b >= batch_size), None)
-        context = next((c for c in self.context_lens if c >= num_positions), None)
-        if batch is None or context is None:
-            return None
-        return self.graphs.get((batch, context))
+        return None if batch is None else self.graphs[batch]
 
     def __len__(self) -> int:
         return len(self.graphs)

@@ -5,7 +5,9 @@ decoder. A decode step advances any set of slots by one frame. The step reads on
 per-slot buffers (the last frame's codec embedding lives in `codec_embeds[slot]`, not on the
 request); when padding, the batch is padded to a bucket size with rows on a scratch slot (an
 extra KV-cache row no request owns), so each bucket has one shape, which `graphs.py` captures
-as one CUDA graph per (batch bucket, context bucket). Prefill stays eager.
+as one CUDA graph per batch bucket. Prompt chunks and their first frames run through
+`prefiller.py`, captured per (kind, prompts bucket, length bucket) by `prefill_graphs.py`.
+Before the runner is handed out, `warmup.py` runs every shape serving can use.
 """
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ import numpy as np
 import torch
 
 from talker_service.engine.config import EngineConfig, kv_slots_that_fit
-from talker_service.engine.first_frame import FirstFrameTable
 from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
+from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
+from talker_service.engine.prefill_plan import PrefillShapes
+from talker_service.engine.prefiller import PrefillChunk, Prefiller
+from talker_service.engine.warmup import warm_up
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -55,20 +60,28 @@ class ModelRunner:
                                                                 min_new_tokens=0, seed=0))
         self.graph_stats = GraphStats()
         self.graphs: DecodeGraphTable | None = None
+        self.prefill_shapes = PrefillShapes.from_config(config)
+        prefill_step = PrefillStep(model, self.frames, self.codec_embeds)
+        prefill_graphs: PrefillGraphTable | None = None
         if self.graph_mode != "off":
-            self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=self.graph_mode == "emulate")
+            emulate = self.graph_mode == "emulate"
+            self.graphs = DecodeGraphTable(self.step, self.padding_row(), emulate=emulate)
             limit = config.graph_max_batch or self.buckets[-1]
-            self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1],
-                                config.context_lens(), self.graph_stats)
-        # the first frame after a prefill (codebook 0 + code predictor) replays a graph too
-        self.first_frames: FirstFrameTable | None = None
-        if self.graphs is not None and self.is_padding:
-            self.first_frames = FirstFrameTable(self.frames, config.max_prefill_batch, self.scratch_slot,
-                                                emulate=self.graph_mode == "emulate", pool=self.graphs.pool)
+            self.graphs.capture([b for b in self.buckets if b <= limit] or self.buckets[:1], self.graph_stats)
+            prefill_graphs = PrefillGraphTable(prefill_step, [self.scratch_slot, 0, 0, self.scratch_slot],
+                                               emulate=emulate, pool=self.graphs.pool)
+            prefill_graphs.capture(self.prefill_shapes.all(), self.graph_stats)
+        self.prefiller = Prefiller(prefill_step, self.prefill_shapes, self.scratch_slot, self.graph_stats,
+                                   prefill_graphs)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
-                    "context buckets %s, graphs %s%s", config.max_slots, config.max_seq_len, device,
-                    self.kv_cache_bytes / 2**20, self.buckets, config.context_lens(), self.graph_mode,
+                    "prefill %s prompts x %s positions (budget %d per step), graphs %s%s", config.max_slots,
+                    config.max_seq_len, device, self.kv_cache_bytes / 2**20, self.buckets,
+                    list(self.prefill_shapes.prompt_buckets), list(self.prefill_shapes.length_buckets),
+                    self.prefill_shapes.token_budget, self.graph_mode,
                     " (padded, scratch slot)" if self.is_padding else "")
+        self.warmed_shapes: set[tuple] = set()
+        if config.is_warm_up(device.type):
+            self.warmed_shapes = warm_up(self)
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, config: EngineConfig, device: str | torch.device = "cpu",
@@ -108,22 +121,10 @@ class ModelRunner:
         self.model.free_slot(slot)
 
     # ---- model calls ----------------------------------------------------------------------
-    @torch.no_grad()
-    def prefill(self, embeds: list[torch.Tensor], slots: list[int]) -> np.ndarray:
-        """Prompts embeds[i] [L_i, H] into slots[i], then their first frame -> codes [n, 16] int64."""
-        if len(embeds) == 1:
-            hidden, logits = self.model.prefill(embeds[0], slots[0])
-            hidden, logits = hidden[None], logits[None]                        # [1, H], [1, vocab]
-        else:   # one right-padded pass for prompts that arrived together
-            hidden, logits = self.model.prefill_batch(embeds, slots)          # [n, H], [n, vocab]
-        slot_ids = torch.tensor(slots, device=self.model.device)
-        if self.first_frames is not None:
-            out = self.first_frames.finish(hidden, logits, slot_ids)
-        else:
-            steps = torch.zeros(len(slots), dtype=torch.long, device=self.model.device)
-            out = self.frames.finish(hidden, logits, slot_ids, steps)
-        self.codec_embeds[slot_ids] = out.codec_embeds.to(self.codec_embeds.dtype)
-        return out.codes.cpu().numpy()
+    def prefill(self, chunks: list[PrefillChunk]) -> np.ndarray:
+        """Prompt chunks into their slots (distinct; at most one forward per kind, as prefill_plan
+        planned them), then frame 0 of each prompt a chunk ends -> codes [k, 16] int64, in order."""
+        return self.prefiller.run(chunks)
 
     @torch.no_grad()
     def decode(self, slots: list[int], positions: list[int], num_frames: list[int], text_ids: list[int]) -> np.ndarray:
@@ -137,29 +138,28 @@ class ModelRunner:
             raise ValueError(f"decode position {max(positions)} is outside the talker context of "
                              f"{self.config.max_seq_len} positions (max_seq_len); the request must end before it")
         rows = np.array([slots, positions, num_frames, text_ids], dtype=np.int64)   # [4, n]
-        graph = self.graphs.find(n, num_positions) if self.graphs is not None else None
+        graph = self.graphs.find(n) if self.graphs is not None else None
         if graph is not None:
             codes = graph.run(rows)
             self.graph_stats.num_graph_steps += 1
-            self.graph_stats.shape_histogram[(graph.batch_size, graph.context_len)] += 1
             bs = graph.batch_size
         else:
             bs = self.bucket_for(n)
             codes = self._decode_eager(rows, bs)
             self.graph_stats.num_eager_steps += 1
-            self.graph_stats.shape_histogram[(bs, self.config.max_seq_len)] += 1
+        self.graph_stats.shape_histogram[bs] += 1
         self.graph_stats.num_padding_rows += bs - n
         return codes.cpu().numpy()
 
     def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
-        """The same step without a graph: padded to bs rows on the scratch slot, full context."""
+        """The same step without a graph: padded to bs rows on the scratch slot."""
         n = rows.shape[1]
         host = np.empty((4, bs), dtype=np.int64)
         host[:, :n] = rows
         host[:, n:] = np.asarray(self.padding_row(), dtype=np.int64)[:, None]
         index_rows = self.step_rows[:, :bs]
         index_rows.copy_(torch.from_numpy(host), non_blocking=True)
-        return self.step(index_rows, None)[:n]
+        return self.step(index_rows)[:n]
 
 
 def size_kv_cache(model: TalkerModel, config: EngineConfig, num_extra_slots: int) -> EngineConfig:

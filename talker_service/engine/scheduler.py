@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Hashable
+from typing import Container, Hashable
 
 from talker_service.engine.request import EngineError, EngineRequest, RequestState
 
@@ -75,11 +75,14 @@ class Scheduler:
             chosen.append(request)
         return chosen
 
-    def take_runnable(self) -> list[tuple[EngineRequest, int]]:
+    def take_runnable(self, skip: Container[Hashable] = ()) -> list[tuple[EngineRequest, int]]:
         """(request, text id of this step) for every running request whose next text is known;
-        consumes that text element. Parked requests are left untouched."""
+        consumes that text element. Parked requests, and those in `skip` (still prefilling), are
+        left untouched."""
         out = []
         for request in self.running.values():
+            if request.request_id in skip:
+                continue
             text_id = request.feed.take_step()
             if text_id is not None:
                 out.append((request, text_id))

@@ -39,13 +39,19 @@ class EngineStats:
     num_refused: int = 0
     num_frames_generated: int = 0
     num_decode_steps: int = 0
+    num_prefill_chunks: int = 0
     step_time: LatencyWindow = field(default_factory=LatencyWindow)
     prefill_time: LatencyWindow = field(default_factory=LatencyWindow)
     first_frame_time: LatencyWindow = field(default_factory=LatencyWindow)
     batch_size_histogram: Counter = field(default_factory=Counter)
+    # time between two decode steps that share a running stream (prefill work included)
+    decode_gap: LatencyWindow = field(default_factory=LatencyWindow)
+    max_decode_gap_ms: float = 0.0
 
     def reset_windows(self) -> None:
         self.step_time = LatencyWindow()
         self.prefill_time = LatencyWindow()
         self.first_frame_time = LatencyWindow()
         self.batch_size_histogram = Counter()
+        self.decode_gap = LatencyWindow()
+        self.max_decode_gap_ms = 0.0

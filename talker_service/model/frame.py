@@ -51,8 +51,8 @@ class FrameDecoder:
         codes = torch.cat((c0[:, None], residual), dim=1)
         return FrameOutput(codes=codes, hidden=hidden, codec_embeds=self.model.embed_frame(codes))
 
-    def decode(self, input_embeds: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, steps: torch.Tensor,
-               context_len: int | None = None) -> FrameOutput:
+    def decode(self, input_embeds: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+               steps: torch.Tensor) -> FrameOutput:
         """input_embeds [bs, H] (previous frame's codec_embeds + text track) at positions [bs] -> next frame."""
-        hidden, logits = self.model.decode_step(input_embeds, slots, positions, context_len)
+        hidden, logits = self.model.decode_step(input_embeds, slots, positions)
         return self.finish(hidden, logits, slots, steps)

@@ -62,6 +62,33 @@ class SlotPrefillView:
         return k_layer[self.slots, :, : self.end], v_layer[self.slots, :, : self.end]
 
 
+class SlotChunkView:
+    """A chunk of T positions for each of P rows, with device-side indices only (capturable).
+
+    span None: every row starts at position 0, so this call's keys are all a query can see;
+    they are written to positions 0..T-1 of each row's slot and attended directly.
+    span S: row p writes positions[p] (its start + 0..T-1, clamped into the cache) and attends over
+    positions 0..S-1 of its slot read back from the cache, masked by the caller to keys <= its own
+    position: earlier chunks of the same prompt come from the cache. Rows right-padded past their
+    real length write their padding after it, where nothing is read before being overwritten."""
+
+    def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor | None, span: int | None):
+        self.cache, self.slots, self.positions, self.span = cache, slots, positions, span
+
+    def update(self, layer_idx, k, v):
+        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        if self.span is None:
+            length = k.shape[2]
+            k_layer[self.slots, :, :length] = k
+            v_layer[self.slots, :, :length] = v
+            return k, v
+        # advanced indices around a slice put the index dims first: the value is [P, T, kv_heads, D]
+        rows = self.slots[:, None]
+        k_layer[rows, :, self.positions] = k.transpose(1, 2)
+        v_layer[rows, :, self.positions] = v.transpose(1, 2)
+        return k_layer[self.slots, :, :self.span], v_layer[self.slots, :, :self.span]
+
+
 class SlotDecodeView:
     """One new position per row: row i writes position positions[i] of slot slots[i] and attends
     over positions 0..positions[i] of that slot. It only offers `attend` (the layer then never asks

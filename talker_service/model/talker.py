@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from talker_service.model.config import TalkerConfig
-from talker_service.model.kv_cache import SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
+from talker_service.model.kv_cache import SlotChunkView, SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
 from talker_service.model.loader import load_talker_weights, read_talker_config, resolve_checkpoint_dir
 from talker_service.model.predictor import CodePredictor
@@ -176,17 +176,45 @@ class TalkerModel(nn.Module):
         hidden = out[torch.arange(n, device=self.device), last]
         return hidden, self._head(hidden)
 
-    def decode_step(self, input_embeds: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                    context_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefill_chunk(self, embeds: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor,
+                      span: int | None = None) -> torch.Tensor:
+        """embeds [P, T, H]: row p holds positions starts[p].. of slots[p] (right-padded past its real
+        length) -> post-norm hidden [P, T, H]. span None: every start is 0 (a fresh prompt, attention
+        over this chunk only); span S: attention also reads earlier positions of each slot back from
+        the cache, over its first S positions (S >= every start + real length). No host syncs: the
+        service captures it per (prompts, tokens) shape (engine/prefill_graphs.py)."""
+        self._require_runtime()
+        num_rows, length, _ = embeds.shape
+        cos_table, sin_table = self._rope
+        if span is None:
+            cos = cos_table[:length][None].expand(num_rows, length, -1)
+            sin = sin_table[:length][None].expand(num_rows, length, -1)
+            view = SlotChunkView(self.cache, slots, None, None)
+            mask = causal_mask(0, length, self.device)
+        else:
+            # padding queries may run past the cache; clamped, they write the slot's last position,
+            # after every real one (a prompt is shorter than max_seq_len), and nothing reads them
+            offsets = torch.arange(length, device=self.device)
+            positions = (starts[:, None] + offsets[None, :]).clamp(max=self.cache.max_seq_len - 1)  # [P, T]
+            cos, sin = cos_table[positions], sin_table[positions]
+            view = SlotChunkView(self.cache, slots, positions, span)
+            keys = torch.arange(span, device=self.device)
+            mask = (keys[None, None, :] <= positions[:, :, None])[:, None]                        # [P, 1, T, S]
+        return self.model.run(embeds.to(self.dtype), cos, sin, view, mask)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Codec-head logits (float32) of post-norm hidden states [..., H] -> [..., vocab]."""
+        return self._head(hidden)
+
+    def decode_step(self, input_embeds: torch.Tensor, slots: torch.Tensor,
+                    positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """input_embeds [bs, H] at positions [bs] of slots [bs] (distinct) -> (hidden [bs, H], logits [bs, vocab]).
 
         Attention reads each row's keys 0..position straight from its slot (SlotDecodeView.attend),
-        so `context_len` only bounds positions (every position must be < context_len); the graphs
-        of the service runner are still keyed by it. No host syncs: safe to capture in a CUDA graph
-        with static input tensors.
+        so one shape serves every context length (positions must be < the cache's max_seq_len).
+        No host syncs: safe to capture in a CUDA graph with static input tensors.
         """
         self._require_runtime()
-        context_len = self.cache.max_seq_len if context_len is None else context_len
         cos_table, sin_table = self._rope
         cos = cos_table[positions][:, None]  # [bs, 1, D]
         sin = sin_table[positions][:, None]

@@ -23,7 +23,6 @@ from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.loop import TalkerServer
 from talker_service.server.sizing import sized_config
-from talker_service.server.warmup import warm_up
 from talker_service.server.start import StartReader
 from talker_service.server.voice_jobs import VoiceEncoding
 
@@ -58,8 +57,6 @@ def serve(config: TalkerServiceConfig) -> int:
         model_dir = generation.pop("model_dir")
         if stop.is_set():
             return 0
-        if config.warmup:   # before SERVING: the first request is then as fast as the hundredth
-            warm_up(engine, config.max_text_tokens)
         vocab, model = engine.vocab, engine.runner.model
         reader = StartReader(vocab, model.config.hidden_size, int(generation.get("max_new_tokens", 2048)),
                              config.max_text_tokens, max_seq_len=engine.config.max_seq_len)

@@ -33,11 +33,14 @@ class TalkerServiceConfig:
     max_slots: int = 0                   # streams generating at once; 0: from GPU memory on CUDA (up to 256), 8 on CPU
     max_seq_len: int = 2048
     max_prefill_batch: int = 8
+    prefill_chunk_tokens: int = 256      # a longer prompt is prefilled in chunks of this many positions
+    prefill_token_budget: int = 512      # padded prompt positions prefilled per step, so decode steps keep coming
+    prefill_token_buckets: tuple[int, ...] = ()  # captured prompt-length buckets; empty: 16, 32, ... to the chunk
+    warm_up: str = "auto"                # every serving shape run once before SERVING: auto (CUDA), on, off
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
-    warmup: bool = True                  # run a few requests through prefill and decode before SERVING
     max_voice_encodings: int = 64        # clone references queued or encoding; beyond: RESOURCE_EXHAUSTED
     max_cached_voices: int = 256         # encoded references kept by content hash (0: none)
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
@@ -78,6 +81,8 @@ class TalkerServiceConfig:
                 problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")
         if not 0.0 <= self.gpu_memory_fraction < 1.0:
             problems.append(f"gpu_memory_fraction must be in [0, 1) (0: auto), got {self.gpu_memory_fraction}")
+        if self.warm_up not in ("auto", "on", "off"):
+            problems.append(f"warm_up must be auto, on or off, got {self.warm_up!r}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
         if not self.vocoder_endpoints():
@@ -99,7 +104,11 @@ class TalkerServiceConfig:
         # auto sizes are resolved before the engine starts (server/sizing.py); the CPU figures stand
         # in for them when this config is only being validated
         return EngineConfig(max_slots=self.max_slots or CPU_DEFAULT_SLOTS, max_seq_len=self.max_seq_len,
-                            max_prefill_batch=self.max_prefill_batch, max_queued=self.max_queued or 64,
+                            max_prefill_batch=self.max_prefill_batch, prefill_chunk_tokens=self.prefill_chunk_tokens,
+                            prefill_token_budget=self.prefill_token_budget,
+                            prefill_token_buckets=self.prefill_token_buckets,
+                            warm_up={"auto": None, "on": True, "off": False}[self.warm_up],
+                            max_queued=self.max_queued or 64,
                             batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
                             decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
                             graph_max_batch=self.graph_max_batch, kv_memory_fraction=self.kv_memory_fraction)

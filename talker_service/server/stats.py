@@ -6,7 +6,9 @@ from talker_service.engine import TalkerEngine
 from talker_service.server.gateways import GatewayPeers
 from talker_service.server.vocoders import VocoderLinks
 
-GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate")
+GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate",
+                      "num_prefill_graphs", "num_prefill_graph_steps", "num_prefill_eager_steps", "prefill_hit_rate",
+                      "warm_up_s")
 
 
 def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: GatewayPeers, *, peer_id: str, model: str,
@@ -22,6 +24,7 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         step_time=admin_pb2.LatencyStats(**s.step_time.summary()),
         prefill_time=admin_pb2.LatencyStats(**s.prefill_time.summary()),
         first_frame_time=admin_pb2.LatencyStats(**s.first_frame_time.summary()),
+        decode_gap=admin_pb2.LatencyStats(**s.decode_gap.summary()), max_decode_gap_ms=s.max_decode_gap_ms,
         batch_size_histogram=dict(s.batch_size_histogram),
         graphs=admin_pb2.GraphStats(**{name: graph_summary[name] for name in GRAPH_STATS_FIELDS}),
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,

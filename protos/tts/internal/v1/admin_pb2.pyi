@@ -32,18 +32,28 @@ class LatencyStats(_message.Message):
     def __init__(self, count: _Optional[int] = ..., p50_ms: _Optional[float] = ..., p90_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., max_ms: _Optional[float] = ..., mean_ms: _Optional[float] = ...) -> None: ...
 
 class GraphStats(_message.Message):
-    __slots__ = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate")
+    __slots__ = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate", "num_prefill_graphs", "num_prefill_graph_steps", "num_prefill_eager_steps", "prefill_hit_rate", "warm_up_s")
     NUM_GRAPHS_FIELD_NUMBER: _ClassVar[int]
     GRAPH_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     NUM_GRAPH_STEPS_FIELD_NUMBER: _ClassVar[int]
     NUM_EAGER_STEPS_FIELD_NUMBER: _ClassVar[int]
     HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREFILL_GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREFILL_GRAPH_STEPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREFILL_EAGER_STEPS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    WARM_UP_S_FIELD_NUMBER: _ClassVar[int]
     num_graphs: int
     graph_memory_bytes: int
     num_graph_steps: int
     num_eager_steps: int
     hit_rate: float
-    def __init__(self, num_graphs: _Optional[int] = ..., graph_memory_bytes: _Optional[int] = ..., num_graph_steps: _Optional[int] = ..., num_eager_steps: _Optional[int] = ..., hit_rate: _Optional[float] = ...) -> None: ...
+    num_prefill_graphs: int
+    num_prefill_graph_steps: int
+    num_prefill_eager_steps: int
+    prefill_hit_rate: float
+    warm_up_s: float
+    def __init__(self, num_graphs: _Optional[int] = ..., graph_memory_bytes: _Optional[int] = ..., num_graph_steps: _Optional[int] = ..., num_eager_steps: _Optional[int] = ..., hit_rate: _Optional[float] = ..., num_prefill_graphs: _Optional[int] = ..., num_prefill_graph_steps: _Optional[int] = ..., num_prefill_eager_steps: _Optional[int] = ..., prefill_hit_rate: _Optional[float] = ..., warm_up_s: _Optional[float] = ...) -> None: ...
 
 class RequestCounters(_message.Message):
     __slots__ = ("num_started", "num_finished", "num_aborted", "num_failed", "num_refused")
@@ -76,7 +86,7 @@ class PeerStatus(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., is_healthy: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[float] = ..., num_streams: _Optional[int] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ...) -> None: ...
 
 class TalkerStats(_message.Message):
-    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways")
+    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways", "decode_gap", "max_decode_gap_ms")
     class BatchSizeHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +109,8 @@ class TalkerStats(_message.Message):
     MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     VOCODERS_FIELD_NUMBER: _ClassVar[int]
     GATEWAYS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_GAP_FIELD_NUMBER: _ClassVar[int]
+    MAX_DECODE_GAP_MS_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     model: str
     uptime_s: float
@@ -114,7 +126,9 @@ class TalkerStats(_message.Message):
     max_context_tokens: int
     vocoders: _containers.RepeatedCompositeFieldContainer[PeerStatus]
     gateways: _containers.RepeatedCompositeFieldContainer[PeerStatus]
-    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ...) -> None: ...
+    decode_gap: LatencyStats
+    max_decode_gap_ms: float
+    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., decode_gap: _Optional[_Union[LatencyStats, _Mapping]] = ..., max_decode_gap_ms: _Optional[float] = ...) -> None: ...
 
 class VocoderStats(_message.Message):
     __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "first_chunk_time", "chunk_latency", "batch_size_histogram", "chunk_frames_histogram", "graphs", "num_frames_decoded", "audio_s_emitted", "talkers")
