@@ -42,12 +42,12 @@ TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away 
         "green forest where nobody can see it anymore.")
 
 
-async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor) -> dict:
+async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor, whole_text: bool = False) -> dict:
     cfg = config_for(seed, args.frames)
     t0 = time.monotonic()
     first_s, summary = None, None
     words = TEXT.split(" ")
-    texts = [w + " " for w in words[:-1]] + [words[-1]]
+    texts = [TEXT] if whole_text else [w + " " for w in words[:-1]] + [words[-1]]
     async for r in client.stream(texts, cfg, timeout_s=args.timeout_s):
         if r.HasField("audio") and first_s is None:
             first_s = time.monotonic() - t0
@@ -56,6 +56,24 @@ async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor) 
     return {"client_ttfa_ms": (first_s or 0) * 1e3, "ttfa_ms": summary.time_to_first_audio_ms,
             "rtf": summary.real_time_factor, "audio_s": summary.audio_s, "frames": summary.num_frames,
             "wall_s": time.monotonic() - t0, "timings": {name: getattr(summary.timings, name) for name in STAGES}}
+
+
+async def first_requests(target: str, args, repeats: int = 8) -> dict:
+    """The first request after start (nothing has run yet: any shape or kernel left cold shows here),
+    then `repeats` lone streams with the text word by word and as one message (the steady values)."""
+    async with TtsClient(target) as client:
+        config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips)
+        first = await one_stream(client, 0, args, config_for)
+        words = [await one_stream(client, 1 + i, args, config_for) for i in range(repeats)]
+        whole = [await one_stream(client, 100 + i, args, config_for, whole_text=True) for i in range(repeats)]
+    med = lambda rows, key: float(np.median([r[key] for r in rows]))  # noqa: E731
+    return {"first": {k: first[k] for k in ("ttfa_ms", "client_ttfa_ms", "timings")},
+            "steady_words": {"ttfa_ms_p50": med(words, "ttfa_ms"), "client_ttfa_ms_p50": med(words, "client_ttfa_ms"),
+                             "stages_p50_ms": {n: float(np.median([r["timings"][n] for r in words])) for n in STAGES}},
+            "steady_whole_text": {"ttfa_ms_p50": med(whole, "ttfa_ms"),
+                                  "client_ttfa_ms_p50": med(whole, "client_ttfa_ms"),
+                                  "stages_p50_ms": {n: float(np.median([r["timings"][n] for r in whole]))
+                                                    for n in STAGES}}}
 
 
 async def level(target: str, concurrency: int, args) -> dict:
@@ -78,7 +96,8 @@ async def level(target: str, concurrency: int, args) -> dict:
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
     return {"concurrency": concurrency, "num_streams": len(results), "wall_s": wall_s,
             "ttfa_ms_p50": pct("ttfa_ms", 50), "ttfa_ms_p95": pct("ttfa_ms", 95),
-            "client_ttfa_ms_p50": pct("client_ttfa_ms", 50), "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
+            "client_ttfa_ms_p50": pct("client_ttfa_ms", 50), "client_ttfa_ms_p95": pct("client_ttfa_ms", 95),
+            "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
             "rtf_max": max(r["rtf"] for r in results),
             "stages": {name: {"p50_ms": stage_pct(name, 50), "p95_ms": stage_pct(name, 95)} for name in STAGES},
             "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s, "raw": results}
@@ -112,6 +131,8 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,4,16,64,128,256")
     p.add_argument("--frames", type=int, default=125, help="frames per utterance (125 = 10 s of audio)")
     p.add_argument("--streams-per-level", type=int, default=0, help="streams per level (default 2x concurrency)")
+    p.add_argument("--single-repeats", type=int, default=8,
+                   help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
     p.add_argument("--talker-arg", action="append", default=[])
     p.add_argument("--vocoder-arg", action="append", default=[])
@@ -120,7 +141,7 @@ def main() -> int:
     args = p.parse_args()
     if args.smoke:
         args.model = "tiny-" + MODEL_TYPES[args.workload].replace("_", "-")
-        args.device, args.concurrency, args.frames = "cpu", "1,2", 8
+        args.device, args.concurrency, args.frames, args.single_repeats = "cpu", "1,2", 8, 2
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
@@ -133,12 +154,19 @@ def main() -> int:
             proc, target = start_stack(args, work)
         rows = []
         stats_dir = None if args.target else work   # the launcher's ready files name the admin ports
+        single = None
+        if not args.target:   # a stack of our own: its very first request is measurable
+            single = asyncio.run(first_requests(target, args, args.single_repeats))
+            print(f"first request TTFA {single['first']['ttfa_ms']:.1f} ms (client {single['first']['client_ttfa_ms']:.1f})"
+                  f" | steady p50 word by word {single['steady_words']['ttfa_ms_p50']:.1f} ms, whole text "
+                  f"{single['steady_whole_text']['ttfa_ms_p50']:.1f} ms", flush=True)
         for c in args.concurrency:
             collect(stats_dir)   # reset the services' windows: the level's stats are its own
             row = asyncio.run(level(target, c, args))
             row["server_stats"] = collect(stats_dir)
             rows.append(row)
-            print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms | RTF p50 "
+            print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms (client p95 "
+                  f"{row['client_ttfa_ms_p95']:.1f}) | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
             print("        server p50/p95 ms: " + " | ".join(
@@ -153,7 +181,7 @@ def main() -> int:
                                  text=True).stdout.strip().splitlines()[0:1]
         result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
-                  "frames_per_utterance": args.frames, "text": TEXT, "levels": rows}
+                  "frames_per_utterance": args.frames, "text": TEXT, "single_stream": single, "levels": rows}
         out = args.out or str(work / "bench_e2e.json")
         Path(out).write_text(json.dumps(result, indent=1))
         print(f"wrote {out}")

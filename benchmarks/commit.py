@@ -1,10 +1,12 @@
 """The commit a benchmark ran at, for its result file; "unknown" outside a git checkout.
 
 Benchmarks and their tests also run from an unpacked source tree or an image without .git (or
-without git at all): that must not fail a run nor record an empty or garbled commit.
+without git at all): that must not fail a run nor record an empty or garbled commit. A tree copied
+to another machine states its commit in QWEN3_TTS_COMMIT (its copied .git may be stale).
 """
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -25,6 +27,9 @@ def _git(args: list[str], root: Path) -> str | None:
 def git_commit(root: Path = ROOT, *, short: bool = False, mark_dirty: bool = False) -> str:
     """HEAD's hash (abbreviated if `short`), with "-dirty" appended when asked and the tree has
     uncommitted changes; UNKNOWN when `root` is not inside a git checkout."""
+    override = os.environ.get("QWEN3_TTS_COMMIT", "").strip()   # a copied tree (the GPU host) whose .git is stale
+    if override:
+        return override[:12] if short else override
     commit = _git(["rev-parse", *(["--short"] if short else []), "HEAD"], root)
     if not commit:
         return UNKNOWN

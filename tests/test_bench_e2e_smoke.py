@@ -23,11 +23,18 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload)
     assert result["workload"] == workload and result["model"] == ("tiny-base" if workload == "clone-icl" else
                                                                    "tiny-custom-voice")
     assert [row["concurrency"] for row in result["levels"]] == [1, 2]
+    single = result["single_stream"]   # the first request after start, then the steady values
+    assert single["first"]["ttfa_ms"] > 0 and single["first"]["client_ttfa_ms"] > 0
+    for mode in ("steady_words", "steady_whole_text"):
+        assert single[mode]["ttfa_ms_p50"] > 0
+        assert set(single[mode]["stages_p50_ms"]) == {"queue_ms", "prefill_ms", "first_frame_ms",
+                                                      "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms"}
     for row in result["levels"]:
         assert row["num_streams"] == 2 * row["concurrency"]
         assert {r["frames"] for r in row["raw"]} == {result["frames_per_utterance"]}
         assert all(abs(r["audio_s"] - result["frames_per_utterance"] / 12.5) < 1e-6 for r in row["raw"])
         assert row["ttfa_ms_p50"] > 0 and row["audio_s_per_s"] > 0
+        assert row["client_ttfa_ms_p95"] >= row["client_ttfa_ms_p50"] > 0
         talker, vocoder = row["server_stats"]["talker"], row["server_stats"]["vocoder"]
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0

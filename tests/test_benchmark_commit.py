@@ -25,6 +25,19 @@ def no_checkout(tmp_path, monkeypatch) -> Path:
     return work
 
 
+@pytest.fixture(autouse=True)
+def no_stated_commit(monkeypatch):
+    monkeypatch.delenv("QWEN3_TTS_COMMIT", raising=False)
+
+
+def test_commit_stated_by_the_environment_wins(no_checkout, monkeypatch):
+    """A tree copied to a GPU host states its commit: the copy's .git may be stale or absent."""
+    stated = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("QWEN3_TTS_COMMIT", stated)
+    assert git_commit(no_checkout) == stated and git_commit(ROOT) == stated
+    assert git_commit(ROOT, short=True) == stated[:12]
+
+
 def test_commit_of_this_checkout():
     assert re.fullmatch(r"[0-9a-f]{40}", git_commit(ROOT))
     assert re.fullmatch(r"[0-9a-f]{4,39}", git_commit(ROOT, short=True))
