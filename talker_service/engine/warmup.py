@@ -10,36 +10,33 @@ The shapes come from `serving_shapes`, which reads the same buckets the runner s
 (EngineConfig.buckets, PrefillShapes.all()); what actually ran is read back from the runner's
 graph statistics, so a test can check that serving never meets a shape the warm-up missed.
 Unpadded runners (CPU without graphs) have no fixed shapes and nothing to warm.
+Every function takes the ModelRunner (untyped here: runner.py imports this module, and a type-only
+import back would be an import circle).
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
-
 import torch
-
-if TYPE_CHECKING:
-    from talker_service.engine.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
 
-def serving_shapes(runner: "ModelRunner") -> set[tuple]:
+def serving_shapes(runner) -> set[tuple]:
     """("decode", batch bucket) and ("prefill", kind, prompts, positions) that serving can run."""
     if not runner.is_padding:
         return set()
     return {("decode", b) for b in runner.buckets} | {("prefill", *s) for s in runner.prefill_shapes.all()}
 
 
-def shapes_run(runner: "ModelRunner") -> set[tuple]:
+def shapes_run(runner) -> set[tuple]:
     """The shapes the runner ran since its counters were last reset."""
     stats = runner.graph_stats
     return {("decode", b) for b in stats.shape_histogram} | {("prefill", *s) for s in stats.prefill_shape_histogram}
 
 
 @torch.no_grad()
-def warm_up(runner: "ModelRunner") -> set[tuple]:
+def warm_up(runner) -> set[tuple]:
     """Run every serving shape once; -> the shapes that ran. The counters start from zero after."""
     if not runner.is_padding:
         logger.info("talker warm-up skipped: unpadded shapes follow the requests")

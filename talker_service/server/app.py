@@ -18,6 +18,7 @@ from checkpoint.configs import generation_config as default_generation_config
 from checkpoint.files import resolve_model_dir
 from service_common.process import StopSignal, announce_ready
 from talker_service.engine import ModelRunner, TalkerEngine
+from talker_service.engine.request_warmup import warm_up_requests
 from talker_service.server.admin import TalkerAdminServicer, side_port
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
@@ -43,7 +44,10 @@ def load_engine(config: TalkerServiceConfig) -> tuple[TalkerEngine, dict]:
     path = model_dir / "generation_config.json"
     generation = json.loads(path.read_text()) if path.is_file() else default_generation_config() | {
         "max_new_tokens": 2048}
-    return TalkerEngine(runner), generation | {"model_dir": str(model_dir)}
+    engine = TalkerEngine(runner)
+    if engine.config.is_warm_up(runner.model.device.type):
+        warm_up_requests(engine)   # the first request as fast as the hundredth (the shapes are warm already)
+    return engine, generation | {"model_dir": str(model_dir)}
 
 
 def serve(config: TalkerServiceConfig) -> int:
