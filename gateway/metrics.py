@@ -10,6 +10,8 @@ from service_common.startup import StartupError
 logger = logging.getLogger(__name__)
 
 _TTFA_BUCKETS_S = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5)
+# per-stage server time: queue and vocoder chunks are a few ms, prefill tens, summed decode seconds
+_STAGE_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 _RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 
@@ -25,6 +27,10 @@ class GatewayMetrics:
                                 buckets=_TTFA_BUCKETS_S, registry=r)
         self.rtf = Histogram("tts_real_time_factor", "Wall time / audio time per request", buckets=_RTF_BUCKETS,
                              registry=r)
+        # ServerTimings of each finished request, by stage (queue, prefill, first_frame,
+        # vocoder_first_chunk, vocoder_decode, encode): where a slow TTFA went, without a benchmark
+        self.stage_s = Histogram("tts_stage_seconds", "Server time per request by pipeline stage", ["stage"],
+                                 buckets=_STAGE_BUCKETS_S, registry=r)
         self.audio_s = Counter("tts_audio_seconds", "Audio produced, seconds (rate() = audio-s/s)", registry=r)
         self.active_streams = Gauge("tts_active_streams", "Synthesis calls in progress", registry=r)
         self.queue_depth = Gauge("tts_talker_queue_depth", "Requests queued in the talkers (heartbeat load)",

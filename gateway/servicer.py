@@ -108,6 +108,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         if summary.audio_s:
             self.metrics.rtf.observe(summary.real_time_factor)
         self.metrics.audio_s.inc(summary.audio_s)
+        for field in tts_pb2.ServerTimings.DESCRIPTOR.fields:   # every stage, so the counts match
+            self.metrics.stage_s.labels(stage=field.name.removesuffix("_ms")).observe(
+                getattr(summary.timings, field.name) / 1e3)
 
     # ---- StreamSynthesize ----------------------------------------------------------------
     async def StreamSynthesize(self, request_iterator, context) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:

@@ -83,9 +83,21 @@ def test_streamed_text_comes_back_as_audio_in_order(model_dir, talker, tmp_path)
                 await call.write(req(text=words[-1]))
                 await call.done_writing()
                 rest = [first_audio] + await read_all(call)
-                return start, rest
+                sample = gw.metrics.registry.get_sample_value
+                names = [f.name.removesuffix("_ms") for f in tts_pb2.ServerTimings.DESCRIPTOR.fields]
+                stages = {n: (sample("tts_stage_seconds_count", {"stage": n}),
+                              sample("tts_stage_seconds_sum", {"stage": n})) for n in names}
+                return start, rest, stages
 
-    start, responses = run(body())
+    start, responses, stages = run(body())
+    # /metrics has the per-stage histograms: one observation per stage for the one request,
+    # its sum the summary's own timing
+    timings = responses[-1].summary.timings
+    assert set(stages) == {"queue", "prefill", "first_frame", "vocoder_first_chunk", "vocoder_decode", "encode"}
+    for stage, (count, total_s) in stages.items():
+        assert count == 1, stage
+        assert total_s == pytest.approx(getattr(timings, stage + "_ms") / 1e3), stage
+    assert stages["encode"][1] > 0
     assert start.start.voice.name == "vivian" and start.start.seed == 1234
     assert start.start.text_mode == config_pb2.TEXT_MODE_STREAMING
     assert start.start.audio_format.sample_rate_hz == 24000
