@@ -35,8 +35,8 @@ from benchmarks.stack_stats import collect, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
 from protos.tts.v1 import tts_pb2  # noqa: E402
 
-# ServerTimings fields in pipeline order: talker queue, prefill (with the first frame), first frame
-# sent, vocoder first chunk, vocoder decode (summed), gateway encode (summed)
+# ServerTimings fields: talker queue, prefill (with the first frame), first frame sent, vocoder first
+# chunk, vocoder decode (summed), gateway encode (summed), a per-request clone's voice encoding
 STAGES = tuple(f.name for f in tts_pb2.ServerTimings.DESCRIPTOR.fields)
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "green forest where nobody can see it anymore.")

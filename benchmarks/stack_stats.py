@@ -30,6 +30,12 @@ def _summary(role: str, stats) -> dict:
     if role == "talker":
         out["prefill_time"] = _latency(stats.prefill_time)
         out["first_frame_time"] = _latency(stats.first_frame_time)
+        # what a burst of arrivals cost the running streams (issue #10: bound the longest gap)
+        out["decode_gap"] = _latency(stats.decode_gap)
+        out["max_decode_gap_ms"] = round(stats.max_decode_gap_ms, 3)
+        out["prefill_hit_rate"] = round(stats.graphs.prefill_hit_rate, 4)
+        out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
+        out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
     else:
         out["first_chunk_time"] = _latency(stats.first_chunk_time)
         out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
@@ -62,6 +68,10 @@ def one_line(found: dict) -> str:
             continue
         batches = s["batch_size_histogram"]
         mean_bs = sum(int(b) * n for b, n in batches.items()) / max(1, sum(batches.values()))
-        parts.append(f"{role} step p50 {s['step_time']['p50_ms']:.2f} ms, mean batch {mean_bs:.1f}, "
-                     f"graphs {s['graph_hit_rate']:.2f}")
+        line = (f"{role} step p50 {s['step_time']['p50_ms']:.2f} ms, mean batch {mean_bs:.1f}, "
+                f"graphs {s['graph_hit_rate']:.2f}")
+        if role == "talker":
+            line += (f", prefill graphs {s['prefill_hit_rate']:.2f}, decode gap p50/max "
+                     f"{s['decode_gap']['p50_ms']:.1f}/{s['max_decode_gap_ms']:.1f} ms")
+        parts.append(line)
     return "; ".join(parts)

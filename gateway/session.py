@@ -57,6 +57,8 @@ class Session:
         self.num_chunks = 0
         self.num_samples_out = 0
         self.encode_ms = 0.0
+        self.voice_encode_start_s: float | None = None   # per-request clone: the TTFA clock starts here
+        self.voice_encode_ms = 0.0
         self.is_finished = False
         self.reader: asyncio.Task | None = None
         self.early: list[Event] = []
@@ -93,11 +95,13 @@ class Session:
         r = self.resolved
         if r.clone_audio is None:
             return
+        self.voice_encode_start_s = time.monotonic()
         await self._send(T.ENCODE_VOICE, talker_pb2.EncodeVoice(
             request_id=self.request_id, model=self.talker.model or r.model.name, x_vector_only=r.clone_x_vector_only,
             reference_text_token_ids=r.clone_text_ids, sample_rate_hz=NATIVE_SAMPLE_RATE_HZ), r.clone_audio)
         event = await self._expect((T.VOICE_ENCODED,), self.ack_timeout_s + 60.0, "ENCODE_VOICE")
         r.clone_prompt = event.header.prompt
+        self.voice_encode_ms = (time.monotonic() - self.voice_encode_start_s) * 1e3
 
     async def start(self, text_ids: list[int], is_text_complete: bool) -> talker_pb2.Ack:
         r = self.resolved
@@ -209,13 +213,16 @@ class Session:
         audio_s = self.num_samples_out / self.resolved.sample_rate_hz
         start_s = self.first_text_s or time.monotonic()
         wall_s = time.monotonic() - start_s
-        ttfa_ms = ((self.first_audio_s or time.monotonic()) - start_s) * 1e3
+        # the client's text waits (unread) while its clone is encoded: that wait is first-audio time
+        ttfa_start_s = min(start_s, self.voice_encode_start_s or start_s)
+        ttfa_ms = ((self.first_audio_s or time.monotonic()) - ttfa_start_s) * 1e3
         return tts_pb2.SynthesisSummary(
             audio_s=audio_s, time_to_first_audio_ms=ttfa_ms, real_time_factor=wall_s / audio_s if audio_s else 0.0,
             num_frames=gen.num_frames, num_text_tokens=gen.num_text_tokens or self.text.num_tokens,
             finish_reason=gen.finish_reason or tts_pb2.FINISH_REASON_END_OF_SPEECH,
             timings=tts_pb2.ServerTimings(queue_ms=gen.queue_ms, prefill_ms=gen.prefill_ms,
-                                          first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms))
+                                          first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms,
+                                          voice_encode_ms=self.voice_encode_ms))
 
     async def responses(self) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
         """Audio chunks and flush acks until the final chunk, then the summary."""

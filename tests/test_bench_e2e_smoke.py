@@ -28,7 +28,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload)
     for mode in ("steady_words", "steady_whole_text"):
         assert single[mode]["ttfa_ms_p50"] > 0
         assert set(single[mode]["stages_p50_ms"]) == {"queue_ms", "prefill_ms", "first_frame_ms",
-                                                      "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms"}
+                                                      "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms",
+                                                      "voice_encode_ms"}
     for row in result["levels"]:
         assert row["num_streams"] == 2 * row["concurrency"]
         assert {r["frames"] for r in row["raw"]} == {result["frames_per_utterance"]}
@@ -39,9 +40,11 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload)
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
         assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] > 0
+        assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
+        assert talker["num_prefill_graph_steps"] + talker["num_prefill_eager_steps"] >= 0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
-                                       "vocoder_decode_ms", "encode_ms"]
+                                       "vocoder_decode_ms", "encode_ms", "voice_encode_ms"]
         for name, stage in row["stages"].items():
             assert 0 <= stage["p50_ms"] <= stage["p95_ms"], name
             assert all(r["timings"][name] >= 0 for r in row["raw"])

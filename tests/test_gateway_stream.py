@@ -93,7 +93,8 @@ def test_streamed_text_comes_back_as_audio_in_order(model_dir, talker, tmp_path)
     # /metrics has the per-stage histograms: one observation per stage for the one request,
     # its sum the summary's own timing
     timings = responses[-1].summary.timings
-    assert set(stages) == {"queue", "prefill", "first_frame", "vocoder_first_chunk", "vocoder_decode", "encode"}
+    assert set(stages) == {"queue", "prefill", "first_frame", "vocoder_first_chunk", "vocoder_decode", "encode",
+                           "voice_encode"}
     for stage, (count, total_s) in stages.items():
         assert count == 1, stage
         assert total_s == pytest.approx(getattr(timings, stage + "_ms") / 1e3), stage

@@ -46,10 +46,11 @@ class FakeTalker:
     """ROUTER on loopback; ACKs Starts (or refuses beyond `num_slots`), streams one frame per token."""
 
     def __init__(self, num_slots: int = 4, num_vocoders: int = 1, model: str = "fake-model",
-                 refuse_code: int = 0, delay_ack_s: float = 0.0) -> None:
+                 refuse_code: int = 0, delay_ack_s: float = 0.0, delay_encode_s: float = 0.0) -> None:
         self.num_slots, self.num_vocoders, self.model = num_slots, num_vocoders, model
         self.refuse_code = refuse_code
         self.delay_ack_s = delay_ack_s
+        self.delay_encode_s = delay_encode_s   # a slow voice encoding (VOICE_ENCODED sent this late)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -150,6 +151,7 @@ class FakeTalker:
                 req.abort = header
         elif msg_type == T.ENCODE_VOICE:
             self.encoded_voices.append(header)
+            time.sleep(self.delay_encode_s)
             prompt = talker_pb2.VoicePrompt(model=header.model, x_vector_only=header.x_vector_only,
                                             speaker_embedding=[float(np.mean(array))] * 4,
                                             reference_text_token_ids=header.reference_text_token_ids)

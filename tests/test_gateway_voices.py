@@ -73,3 +73,28 @@ def test_registry_survives_a_restart(tmp_path):
                         talker_pb2.VoicePrompt(model="m", speaker_embedding=[1.0, 2.0])))
     again = VoiceRegistry(tmp_path)
     assert list(again.records) == ["v1"] and list(again.get("v1").prompt.speaker_embedding) == [1.0, 2.0]
+
+
+def test_a_slow_clone_encoding_counts_in_time_to_first_audio(tmp_path):
+    """The text waits unread while the per-request clone is encoded: the summary's TTFA includes
+    that wait and says how long it was (voice_encode_ms); a registered voice waits for nothing."""
+    model_dir = resolve_model_dir("tiny-base")
+    talker = FakeTalker(delay_encode_s=0.4)
+    ref = reference_wav(tmp_path)
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, model_name="tiny-base") as gw:
+            async with TtsClient(f"127.0.0.1:{gw.port}") as client:
+                cloned = [r async for r in client.stream(["Say this."], make_config(
+                    reference_audio=ref, reference_text="Hello there.", seed=1))]
+                await client.register_voice("my-voice", ref, reference_text="Hello there.")
+                registered = [r async for r in client.stream(["Say this."], make_config("id:my-voice", seed=1))]
+                return cloned[-1].summary, registered[-1].summary
+
+    try:
+        cloned, registered = asyncio.run(asyncio.wait_for(body(), 60))
+    finally:
+        talker.close()
+    assert cloned.timings.voice_encode_ms >= 400
+    assert cloned.time_to_first_audio_ms >= cloned.timings.voice_encode_ms
+    assert registered.timings.voice_encode_ms == 0 and registered.time_to_first_audio_ms < 400
