@@ -9,6 +9,9 @@
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
+#                            kernels share the GPU at once instead of time-slicing two contexts
+#                            (skipped with a note when the daemon cannot start)
 #   e2e-clone                the Base model on one GPU, default flags: registered voice, per-request
 #                            x-vector and in-context clones (one stack), concurrency 1..64
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
@@ -66,6 +69,20 @@ e2e_clone() {
   cp "$work"/talker.log "$OUT/e2e-clone-talker.log" 2>/dev/null
 }
 
+e2e_mps() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if ! nvidia-cuda-mps-control -d > "$OUT/e2e-mps.log" 2>&1; then
+    echo "MPS control daemon did not start; e2e-mps skipped" | tee -a "$OUT/e2e-mps.log"
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; return
+  fi
+  python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
+    --out "$OUT/e2e-mps.json" 2>&1 | tee -a "$OUT/e2e-mps.log"
+  echo quit | nvidia-cuda-mps-control
+  cat "$CUDA_MPS_LOG_DIRECTORY"/control.log >> "$OUT/e2e-mps.log" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
 e2e_two_gpus() {
   local ready=/tmp/compose-ready.json work=/tmp/compose-work
   rm -f "$ready"
@@ -107,8 +124,9 @@ for w in $which; do
         | tee "$OUT/talker-service.log" ;;
     e2e)
       install_wheels; random_checkpoint
-      python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency 1,4,16,64,128,256 \
+      python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
         --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
+    e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
     e2e-clone) install_wheels; e2e_clone ;;
     e2e-2gpu) install_wheels; random_checkpoint; e2e_two_gpus ;;
     *) echo "unknown benchmark $w" ;;
