@@ -32,9 +32,9 @@ class TalkerServiceConfig:
     # --- engine
     max_slots: int = 0                   # streams generating at once; 0: from GPU memory on CUDA (up to 256), 8 on CPU
     max_seq_len: int = 2048
-    max_prefill_batch: int = 8
+    max_prefill_batch: int = 32          # prompts prefilled together in one forward (a burst of arrivals)
     prefill_chunk_tokens: int = 256      # a longer prompt is prefilled in chunks of this many positions
-    prefill_token_budget: int = 512      # padded prompt positions prefilled per step, so decode steps keep coming
+    prefill_token_budget: int = 1024     # padded prompt positions prefilled per step, so decode steps keep coming
     prefill_token_buckets: tuple[int, ...] = ()  # captured prompt-length buckets; empty: 16, 32, ... to the chunk
     warm_up: str = "auto"                # every serving shape run once before SERVING: auto (CUDA), on, off
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
