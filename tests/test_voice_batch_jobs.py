@@ -14,12 +14,12 @@ import pytest
 
 from checkpoint.files import resolve_model_dir
 from protos.tts.internal.v1 import talker_pb2
+from talker_service.model.loader import read_talker_config
 from talker_service.server.voice_jobs import VoiceEncoding
 from test_vocoder_process_support import one_cpu_thread
 from test_voice_batch_encode import X_VECTOR_ATOL, clip
 
 WAIT_S = 60.0
-HIDDEN_SIZE = 48   # tiny-base's talker hidden size (the x-vector's length)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,7 +29,8 @@ def _one_thread():
 
 
 def encoding(**kw) -> VoiceEncoding:
-    return VoiceEncoding(resolve_model_dir("tiny-base"), "base", "tiny-base", HIDDEN_SIZE, **kw)
+    model_dir = resolve_model_dir("tiny-base")
+    return VoiceEncoding(model_dir, "base", "tiny-base", read_talker_config(model_dir).hidden_size, **kw)
 
 
 def request(rid: str, x_vector_only: bool = False, text_ids=(11, 12, 13)) -> talker_pb2.EncodeVoice:
