@@ -22,6 +22,16 @@ def _latency(stats) -> dict:
             "max_ms": round(stats.max_ms, 3), "mean_ms": round(stats.mean_ms, 3)}
 
 
+def _voices(stats) -> dict:
+    """Clone-reference encoding: counters, batch sizes and where a batch's time went."""
+    out = {name: getattr(stats, name) for name in ("num_encoded", "num_failed", "num_cache_hits", "num_batches",
+                                                   "num_forwards")}
+    out["batch_size_histogram"] = dict(sorted(stats.batch_size_histogram.items()))
+    for name in ("queue_wait", "batch_time", "prepare_time", "mel_time", "speaker_time", "codec_time"):
+        out[name] = _latency(getattr(stats, name))
+    return out
+
+
 def _summary(role: str, stats) -> dict:
     out = {"step_time": _latency(stats.step_time),
            "batch_size_histogram": dict(sorted(stats.batch_size_histogram.items())),
@@ -36,6 +46,7 @@ def _summary(role: str, stats) -> dict:
         out["prefill_hit_rate"] = round(stats.graphs.prefill_hit_rate, 4)
         out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
+        out["voices"] = _voices(stats.voices)
     else:
         out["first_chunk_time"] = _latency(stats.first_chunk_time)
         out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
@@ -74,4 +85,12 @@ def one_line(found: dict) -> str:
             line += (f", prefill graphs {s['prefill_hit_rate']:.2f}, decode gap p50/max "
                      f"{s['decode_gap']['p50_ms']:.1f}/{s['max_decode_gap_ms']:.1f} ms")
         parts.append(line)
+        voices = s.get("voices")
+        if voices and voices["num_batches"]:
+            sizes = voices["batch_size_histogram"]
+            mean_size = sum(int(b) * n for b, n in sizes.items()) / max(1, sum(sizes.values()))
+            parts.append(f"voice batches {voices['num_batches']} (mean {mean_size:.1f}), p50 wait "
+                         f"{voices['queue_wait']['p50_ms']:.0f} / batch {voices['batch_time']['p50_ms']:.0f} = "
+                         f"mel {voices['mel_time']['p50_ms']:.0f} + speaker {voices['speaker_time']['p50_ms']:.0f} + "
+                         f"codec {voices['codec_time']['p50_ms']:.0f} ms")
     return "; ".join(parts)

@@ -66,7 +66,8 @@ def serve(config: TalkerServiceConfig) -> int:
                              config.max_text_tokens, max_seq_len=engine.config.max_seq_len)
         voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
                                model.device, model.dtype, max_pending=config.max_voice_encodings,
-                               max_cached=config.max_cached_voices)
+                               max_cached=config.max_cached_voices, max_batch_jobs=config.max_voice_batch,
+                               max_batch_audio_s=config.max_voice_batch_audio_s)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         stop.attach(server.request_stop)
         from checkpoint.text_tokenizer import load_text_tokenizer

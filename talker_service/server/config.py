@@ -43,6 +43,10 @@ class TalkerServiceConfig:
     max_text_tokens: int = 4096
     max_voice_encodings: int = 64        # clone references queued or encoding; beyond: RESOURCE_EXHAUSTED
     max_cached_voices: int = 256         # encoded references kept by content hash (0: none)
+    max_voice_batch: int = 16            # clone references queued together and encoded as one batch
+    max_voice_batch_audio_s: float = 80.0  # per encoder forward: clips x the longest, s of 24 kHz audio; bounds
+                                         # the codec encoder's activations (64 channels per sample at full size:
+                                         # estimated < 1 GiB in bf16 at 80 s, not measured), 16 clips of 5 s fit
     batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
     decode_graphs: str = "auto"          # auto: one CUDA graph per decode bucket on CUDA, eager on CPU; or off
     context_buckets: tuple[int, ...] = ()  # attention context per decode graph; empty: max_seq_len only
@@ -66,12 +70,12 @@ class TalkerServiceConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("max_seq_len", "heartbeat_interval_ms", "max_voice_encodings", "poll_ms", "max_messages_per_poll",
-                     "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
+        for name in ("max_seq_len", "heartbeat_interval_ms", "max_voice_encodings", "max_voice_batch", "poll_ms",
+                     "max_messages_per_poll", "router_rcv_hwm", "router_snd_hwm", "vocoder_snd_hwm"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s",
-                     "max_step_stall_s"):
+                     "max_step_stall_s", "max_voice_batch_audio_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.debug_step_delay_s < 0:

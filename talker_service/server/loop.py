@@ -220,7 +220,7 @@ class TalkerServer:
 
     def run_stats_job(self, job: Job) -> None:
         now_s = time.monotonic()
-        job.replies.put(talker_stats(self.engine, self.vocoders, self.gateways, peer_id=self.peer_id,
+        job.replies.put(talker_stats(self.engine, self.vocoders, self.gateways, self.voices, peer_id=self.peer_id,
                                      model=self.model_name, uptime_s=now_s - self.started_s, now_s=now_s,
                                      reset=job.payload))
 

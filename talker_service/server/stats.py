@@ -1,18 +1,19 @@
-"""TalkerStats (admin GetStats) from the engine's counters and the talker's peers."""
+"""TalkerStats (admin GetStats) from the engine's counters, the talker's peers and its voice encoding."""
 from __future__ import annotations
 
 from protos.tts.internal.v1 import admin_pb2, common_pb2
 from talker_service.engine import TalkerEngine
 from talker_service.server.gateways import GatewayPeers
 from talker_service.server.vocoders import VocoderLinks
+from talker_service.server.voice_jobs import VoiceEncoding
 
 GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "num_eager_steps", "hit_rate",
                       "num_prefill_graphs", "num_prefill_graph_steps", "num_prefill_eager_steps", "prefill_hit_rate",
                       "warm_up_s")
 
 
-def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: GatewayPeers, *, peer_id: str, model: str,
-                 uptime_s: float, now_s: float, reset: bool) -> admin_pb2.TalkerStats:
+def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: GatewayPeers, voices: VoiceEncoding, *,
+                 peer_id: str, model: str, uptime_s: float, now_s: float, reset: bool) -> admin_pb2.TalkerStats:
     """A snapshot; `reset` then clears the engine's latency windows (counters keep counting)."""
     s = engine.stats
     graph_summary = engine.runner.graph_stats.summary()
@@ -29,7 +30,7 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         graphs=admin_pb2.GraphStats(**{name: graph_summary[name] for name in GRAPH_STATS_FIELDS}),
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,
         max_context_tokens=engine.config.max_seq_len,
-        vocoders=vocoders.status(now_s), gateways=gateways.status(now_s))
+        vocoders=vocoders.status(now_s), gateways=gateways.status(now_s), voices=voices.stats_proto(reset))
     if reset:
         s.reset_windows()
     return stats

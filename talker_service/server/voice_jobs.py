@@ -3,60 +3,47 @@
 Encoding runs the speaker encoder (and, for in-context cloning, the codec encoder) over up to
 `max_duration_s` of audio: far longer than a decode step, so it never runs on the loop thread.
 The loop checks the request at once (model, sizes, capacity) and answers refusals itself; the
-worker loads both encoders on its first job (Base checkpoints only, once) and hands finished
-answers back through `take_finished()`, which the loop drains every iteration. A clip encoded
-before (same content, mode and transcript: `VoiceCache`) is answered from the cache at once on
-the loop thread, and checked again by the worker, so a burst of one clip is encoded once. At most
+worker (`VoiceWorker`, voice_worker.py) loads both encoders on its first job (Base checkpoints
+only, once), encodes whatever is queued together as one batch, and hands finished answers back
+through `take_finished()`, which the loop drains every iteration. A clip encoded before (same
+content, mode and transcript: `VoiceCache`) is answered from the cache at once on the loop
+thread, and checked again by the worker, so a burst of one clip is encoded once. At most
 `max_pending` encodings are queued or running (64: a burst of clone requests waits its turn, as
 vllm-omni's refusal-free path does); beyond that the request is refused with RESOURCE_EXHAUSTED
-instead of waiting without bound. `VoiceRequests` is the loop's side: the
-ENCODE_VOICE handler and the answers sent back to each gateway.
+instead of waiting without bound. `VoiceRequests` is the loop's side: the ENCODE_VOICE handler
+and the answers sent back to each gateway.
 """
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from checkpoint.errors import CheckpointError
 from protos import wire
-from protos.tts.internal.v1 import talker_pb2
+from protos.tts.internal.v1 import admin_pb2, talker_pb2
 from talker_service.engine import EngineError
 from talker_service.server.outbox import Outbox
 from talker_service.server.voice_cache import VoiceCache, voice_key
-from talker_service.voice.builder import build_clone_prompt
-from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio
+from talker_service.server.voice_stats import VoiceStats
+from talker_service.server.voice_worker import VoiceAnswer, VoiceJob, VoiceWorker
+from talker_service.voice.batch_encode import ReferenceEncoder
+from talker_service.voice.reference_audio import TARGET_SAMPLE_RATE_HZ, ReferenceAudioLimits
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class VoiceJob:
-    identity: bytes                       # the gateway's ROUTER identity: the answer goes back there
-    request: talker_pb2.EncodeVoice
-    audio: np.ndarray                     # [num_samples] float32 at request.sample_rate_hz
-    key: bytes = b""                      # VoiceCache key of (audio, rate, mode, transcript)
-
-
-@dataclass
-class VoiceAnswer:
-    identity: bytes
-    request_id: str
-    encoded: talker_pb2.VoiceEncoded | None = None
-    error: EngineError | None = None
 
 
 class VoiceEncoding:
     def __init__(self, model_dir: str | Path | None, model_type: str, model_name: str, hidden_size: int,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_pending: int = 64,
-                 max_cached: int = 256) -> None:
+                 max_cached: int = 256, max_batch_jobs: int = 16, max_batch_audio_s: float = 80.0) -> None:
+        if max_batch_jobs < 1 or max_batch_audio_s <= 0:
+            raise ValueError(f"need max_batch_jobs >= 1 and max_batch_audio_s > 0, got {max_batch_jobs}, "
+                             f"{max_batch_audio_s}")
         self.model_dir = model_dir
         self.model_type = model_type
         self.model_name = model_name
@@ -65,14 +52,15 @@ class VoiceEncoding:
         self.dtype = dtype
         self.limits = limits
         self.max_pending = max_pending
+        self.max_batch_jobs = max_batch_jobs
+        self.max_batch_samples = int(max_batch_audio_s * TARGET_SAMPLE_RATE_HZ)
         self.cache = VoiceCache(max_cached)
-        self._encoders = None             # (speaker, codec), loaded by the worker on first use
+        self.stats = VoiceStats()
+        self._encoder: ReferenceEncoder | None = None   # loaded by the worker on first use
         self._jobs: queue.Queue[VoiceJob | None] = queue.Queue()
         self._answers: queue.SimpleQueue[VoiceAnswer] = queue.SimpleQueue()
         self._num_pending = 0             # loop thread only: submitted, answer not taken yet
         self._worker: threading.Thread | None = None
-        self.num_encoded = 0
-        self.num_failed = 0
 
     # ---- loop thread ----------------------------------------------------------------------------
     def submit(self, identity: bytes, request: talker_pb2.EncodeVoice, audio: np.ndarray | None) -> None:
@@ -90,7 +78,9 @@ class VoiceEncoding:
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request.request_id!r}: {self._num_pending} voice "
                                                     "encodings already in progress; retry later")
         if self._worker is None:
-            self._worker = threading.Thread(target=self._run, name="voice-encoder", daemon=True)
+            worker = VoiceWorker(self._jobs, self._answers, self.cache, self.stats, self.encoder, self.model_name,
+                                 self.hidden_size, self.max_batch_jobs)
+            self._worker = threading.Thread(target=worker.run, name="voice-encoder", daemon=True)
             self._worker.start()
         self._num_pending += 1
         self._jobs.put(VoiceJob(identity, request, np.array(audio, dtype=np.float32), key))   # copy: the frame is reused
@@ -140,67 +130,31 @@ class VoiceEncoding:
     def num_pending(self) -> int:
         return self._num_pending
 
+    @property
+    def num_encoded(self) -> int:
+        return self.stats.num_encoded
+
+    @property
+    def num_failed(self) -> int:
+        return self.stats.num_failed
+
+    def stats_proto(self, reset: bool) -> admin_pb2.VoiceEncodingStats:
+        return self.stats.to_proto(self.cache.num_hits, self._num_pending, reset)
+
     def close(self) -> None:
         if self._worker is not None:
             self._jobs.put(None)
             self._worker.join(timeout=5.0)
 
-    # ---- worker thread -----------------------------------------------------------------------------
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            rid = job.request.request_id
-            started_s = time.perf_counter()
-            try:
-                prompt = self.cache.get(job.key)   # the same clip may have been queued twice
-                if prompt is None:
-                    prompt = self.encode(job.request, job.audio)
-                    self.cache.put(job.key, prompt)
-                    self.num_encoded += 1
-                encode_ms = (time.perf_counter() - started_s) * 1e3
-                answer = VoiceAnswer(job.identity, rid, encoded=talker_pb2.VoiceEncoded(
-                    request_id=rid, prompt=prompt, encode_ms=encode_ms))
-                logger.info("request %s: voice encoded in %.0f ms (%d reference frames)", rid, encode_ms,
-                            prompt.num_reference_frames)
-            except CheckpointError as exc:   # before ValueError: it is one, but not the caller's fault
-                answer = self._failed(job, "FAILED_PRECONDITION", f"voice encoders could not be loaded: {exc}")
-            except ValueError as exc:
-                answer = self._failed(job, "INVALID_ARGUMENT", str(exc))
-            except Exception as exc:   # a device fault: this request fails, the talker goes on
-                logger.exception("request %s: voice encoding crashed", rid)
-                answer = self._failed(job, "INTERNAL", f"{type(exc).__name__}: {exc}")
-            self._answers.put(answer)
-
-    def _failed(self, job: VoiceJob, code: str, message: str) -> VoiceAnswer:
-        self.num_failed += 1
-        rid = job.request.request_id
-        logger.warning("request %s: voice encoding failed (%s): %s", rid, code, message)
-        return VoiceAnswer(job.identity, rid, error=EngineError(code, f"request {rid!r}: {message}"))
-
-    def encoders(self):
-        if self._encoders is None:
+    def encoder(self) -> ReferenceEncoder:
+        """Both encoders, loaded on first use (worker thread); a CheckpointError if they cannot be."""
+        if self._encoder is None:
             from talker_service.voice.codec_encoder import load_codec_encoder
             from talker_service.voice.xvector import load_speaker_encoder
-            self._encoders = (load_speaker_encoder(self.model_dir, self.device, self.dtype),
-                              load_codec_encoder(self.model_dir, self.device, self.dtype))
-        return self._encoders
-
-    def encode(self, request: talker_pb2.EncodeVoice, audio: np.ndarray) -> talker_pb2.VoicePrompt:
-        """The VoicePrompt of one request (worker thread; also usable directly)."""
-        speaker_encoder, codec_encoder = self.encoders()
-        rate = request.sample_rate_hz
-        # The transcript arrives as token ids (the gateway tokenized it), so only the audio goes
-        # through build_clone_prompt; the codes come from the same checked, resampled audio.
-        clone = build_clone_prompt(audio, rate, None, speaker_encoder, None, None, x_vector_only=True,
-                                   limits=self.limits)
-        clone.check_hidden_size(self.hidden_size, "this talker")
-        prompt = talker_pb2.VoicePrompt(model=self.model_name, x_vector_only=request.x_vector_only,
-                                        speaker_embedding=clone.x_vector.float().tolist())
-        if not request.x_vector_only:
-            codes = codec_encoder.encode(resample_to_24k(validate_reference_audio(audio, rate, self.limits), rate))
-            prompt.reference_codes.extend(codes.reshape(-1).tolist())    # [K, 16] frame-major
-            prompt.num_reference_frames = codes.shape[0]
-            prompt.reference_text_token_ids.extend(request.reference_text_token_ids)
-        return prompt
+            self._encoder = ReferenceEncoder(load_speaker_encoder(self.model_dir, self.device, self.dtype),
+                                             load_codec_encoder(self.model_dir, self.device, self.dtype),
+                                             self.limits, self.max_batch_samples)
+        return self._encoder
 
 
 class VoiceRequests:

@@ -83,24 +83,71 @@ class CodecEncoder(nn.Module):
                 module._embed = None
         return self.eval()
 
-    @torch.inference_mode()
     def encode(self, audio_24k: np.ndarray | torch.Tensor) -> torch.Tensor:
         """codes [K, 16] int64 on CPU, K = ceil(N / 1920); column 0 is the semantic code (talker c0)."""
-        audio = torch.as_tensor(audio_24k)
-        if audio.dim() != 1 or audio.numel() == 0:
-            raise ValueError(f"audio must be non-empty mono [samples] at {self.sample_rate_hz} Hz, got shape {tuple(audio.shape)}")
-        if audio.numel() > self.max_num_samples:
-            raise ValueError(f"audio has {audio.numel()} samples; the codec encoder takes at most {self.max_num_samples}")
+        return self.encode_batch([audio_24k])[0]
+
+    @torch.inference_mode()
+    def encode_batch(self, clips_24k: list[np.ndarray | torch.Tensor]) -> list[torch.Tensor]:
+        """The codes of each clip, [K_i, 16] int64 on CPU, from one forward over the right-padded batch.
+
+        Exact per clip: the SEANet convs and the transformer are causal, so a clip's frames never
+        read the padding after it, except where a strided conv completes its last window ("extra
+        padding": zeros, or the last frame for the replicate-padded downsample). Before each strided
+        conv the frames past each clip's own length are set to exactly what that padding is when the
+        clip runs alone (`_as_if_alone`), so the codes kept (ceil(N_i / 1920)) are the lone clip's.
+        """
+        audio = [torch.as_tensor(clip) for clip in clips_24k]
+        for clip in audio:
+            if clip.dim() != 1 or clip.numel() == 0:
+                raise ValueError(f"audio must be non-empty mono [samples] at {self.sample_rate_hz} Hz, got shape {tuple(clip.shape)}")
+            if clip.numel() > self.max_num_samples:
+                raise ValueError(f"audio has {clip.numel()} samples; the codec encoder takes at most {self.max_num_samples}")
         param = next(self.parameters())
-        x = audio.to(device=param.device, dtype=param.dtype).view(1, 1, -1)            # [1, 1, N]
-        hidden = self.encoder(x)                                                         # [1, D, T25]
-        hidden = self.encoder_transformer(hidden.transpose(1, 2), use_cache=False, return_dict=True)
-        hidden = hidden.last_hidden_state.transpose(1, 2)                                # [1, D, T25]
+        x = torch.nn.utils.rnn.pad_sequence([clip.to(device=param.device, dtype=param.dtype) for clip in audio],
+                                            batch_first=True).unsqueeze(1)                   # [B, 1, N]
+        return self.codes_of_padded(x, [clip.numel() for clip in audio])
+
+    @torch.inference_mode()
+    def codes_of_padded(self, x: torch.Tensor, num_samples: list[int]) -> list[torch.Tensor]:
+        """Codes of each row of x [B, 1, T] from its first num_samples[i] samples; what follows them
+        in the row (zeros, or any finite values: attention masks them by adding -inf) changes nothing."""
+        if not self.mimi_config.use_causal_conv:
+            raise ValueError("batched encoding relies on causal convolutions; this codec's are not")
+        lengths = list(num_samples)
+        for layer in self.encoder.layers:
+            if isinstance(layer, MimiConv1d):
+                x = layer(_as_if_alone(layer, x, lengths))
+                lengths = [_conv_output_length(layer, n) for n in lengths]
+            else:   # ELU and residual units: stride 1 and causal, lengths unchanged
+                x = layer(x)                                                                   # [B, D, T25]
+        hidden = self.encoder_transformer(x.transpose(1, 2), use_cache=False, return_dict=True)
+        hidden = hidden.last_hidden_state.transpose(1, 2)                                     # [B, D, T25]
         if self.downsample is not None:
-            hidden = self.downsample(hidden)                                             # [1, D, T12]
-        codes = self.quantizer.encode(hidden, self.num_quantizers)                       # [16, 1, T12]
-        num_frames = math.ceil(audio.numel() / self.samples_per_frame)
-        return codes[:, 0, :num_frames].transpose(0, 1).to("cpu", torch.int64).contiguous()
+            hidden = self.downsample(_as_if_alone(self.downsample, hidden, lengths))           # [B, D, T12]
+        codes = self.quantizer.encode(hidden, self.num_quantizers)                             # [16, B, T12]
+        codes = codes.transpose(0, 1).to("cpu", torch.int64)                                   # [B, 16, T12]
+        return [codes[i, :, :math.ceil(n / self.samples_per_frame)].transpose(0, 1).contiguous()
+                for i, n in enumerate(num_samples)]
+
+
+def _conv_output_length(conv: MimiConv1d, num_frames: int) -> int:
+    # a causal conv pads (kernel - stride) on the left and completes the last window: ceil(N / stride)
+    return math.ceil(num_frames / conv.conv.stride[0])
+
+
+def _as_if_alone(conv: MimiConv1d, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """x [B, C, T] with each row's frames past its own length set to the conv's padding of a lone clip."""
+    if conv.conv.stride[0] == 1 or min(lengths) == x.shape[-1]:
+        return x   # no extra padding at stride 1, and no row is padded
+    num_frames = torch.tensor(lengths, device=x.device)
+    valid = (torch.arange(x.shape[-1], device=x.device) < num_frames.unsqueeze(1)).unsqueeze(1)   # [B, 1, T]
+    if conv.pad_mode == "replicate":   # _pad1d repeats the last frame
+        last = (num_frames - 1).view(-1, 1, 1).expand(x.shape[0], x.shape[1], 1)
+        return torch.where(valid, x, x.gather(2, last))
+    if conv.pad_mode == "constant":    # _pad1d pads zeros
+        return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    raise ValueError(f"batched encoding cannot reproduce {conv.pad_mode!r} padding of a strided conv")
 
 
 def _check_tokenizer_config(tokenizer_config: dict, source: str) -> None:

@@ -50,11 +50,30 @@ class LogMelSpectrogram(torch.nn.Module):
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
         if audio.dim() != 2:
             raise ValueError(f"audio must be [batch, samples], got shape {tuple(audio.shape)}")
-        if audio.shape[1] < self.min_num_samples:
-            raise ValueError(f"audio has {audio.shape[1]} samples; the mel front end needs at least {self.min_num_samples}")
-        audio = audio.float()
-        pad = (N_FFT - HOP_LENGTH) // 2
-        padded = F.pad(audio.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)   # [B, N + 768]
+        self._check_length(audio.shape[1])
+        return self._log_mel(_reflect_pad(audio.float()))
+
+    def forward_clips(self, clips: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+        """Clips [N_i] of any lengths -> (log-mel [B, num_mels, max frames], frames of each clip).
+
+        Each clip is reflect-padded at its own ends before the batch is right-padded with zeros, and
+        frame t reads padded samples [256 t, 256 t + 1024): for t < N_i // 256 that lies inside clip
+        i's own padded samples, so its frames are the ones `forward` gives the clip alone; frames
+        past them are padding (see ragged.py for how the speaker encoder ignores them).
+        """
+        for clip in clips:
+            if clip.dim() != 1:
+                raise ValueError(f"each clip must be [samples], got shape {tuple(clip.shape)}")
+            self._check_length(clip.shape[0])
+        padded = [_reflect_pad(clip.float().unsqueeze(0))[0] for clip in clips]
+        batch = torch.nn.utils.rnn.pad_sequence(padded, batch_first=True)                 # [B, max N + 768]
+        return self._log_mel(batch), [clip.shape[0] // HOP_LENGTH for clip in clips]
+
+    def _check_length(self, num_samples: int) -> None:
+        if num_samples < self.min_num_samples:
+            raise ValueError(f"audio has {num_samples} samples; the mel front end needs at least {self.min_num_samples}")
+
+    def _log_mel(self, padded: torch.Tensor) -> torch.Tensor:
         spec = torch.stft(
             padded, N_FFT, hop_length=HOP_LENGTH, win_length=WIN_LENGTH, window=self.window,
             center=False, normalized=False, onesided=True, return_complex=True,
@@ -62,3 +81,9 @@ class LogMelSpectrogram(torch.nn.Module):
         magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + _MAGNITUDE_EPS)
         mel = torch.matmul(self.filters, magnitude)                                  # [B, num_mels, frames]
         return torch.log(torch.clamp(mel, min=_LOG_FLOOR))
+
+
+def _reflect_pad(audio: torch.Tensor) -> torch.Tensor:
+    """[B, N] -> [B, N + 768]: the reference's (n_fft - hop) / 2 reflection at both ends."""
+    pad = (N_FFT - HOP_LENGTH) // 2
+    return F.pad(audio.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from talker_service.voice.ragged import RaggedFrames
+
 logger = logging.getLogger(__name__)
 
 _STD_VAR_FLOOR = 1e-12
@@ -73,9 +75,9 @@ class TdnnBlock(nn.Module):
         # torch's padding="same" puts the odd sample on the right; keep that split
         self.pad = (total // 2, total - total // 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:   # [B, C_in, T] -> [B, C_out, T]
+    def forward(self, x: torch.Tensor, ragged: RaggedFrames | None = None) -> torch.Tensor:   # [B, C_in, T] -> [B, C_out, T]
         if self.pad != (0, 0):
-            x = F.pad(x, self.pad, mode="reflect")
+            x = F.pad(x, self.pad, mode="reflect") if ragged is None else ragged.reflect_pad(x, self.pad)
         return F.relu(self.conv(x))
 
 
@@ -88,12 +90,12 @@ class Res2NetBlock(nn.Module):
         self.scale = scale
         self.blocks = nn.ModuleList(TdnnBlock(width, width, kernel_size, dilation) for _ in range(scale - 1))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ragged: RaggedFrames | None = None) -> torch.Tensor:
         parts = torch.chunk(x, self.scale, dim=1)
         outputs = [parts[0]]
         previous = None
         for block, part in zip(self.blocks, parts[1:]):
-            previous = block(part if previous is None else part + previous)
+            previous = block(part if previous is None else part + previous, ragged)
             outputs.append(previous)
         return torch.cat(outputs, dim=1)
 
@@ -104,8 +106,9 @@ class SqueezeExcitation(nn.Module):
         self.conv1 = nn.Conv1d(channels, se_channels, 1)
         self.conv2 = nn.Conv1d(se_channels, channels, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = torch.sigmoid(self.conv2(F.relu(self.conv1(x.mean(dim=2, keepdim=True)))))   # [B, C, 1]
+    def forward(self, x: torch.Tensor, ragged: RaggedFrames | None = None) -> torch.Tensor:
+        mean = x.mean(dim=2, keepdim=True) if ragged is None else ragged.mean(x)            # [B, C, 1]
+        gate = torch.sigmoid(self.conv2(F.relu(self.conv1(mean))))                          # [B, C, 1]
         return x * gate
 
 
@@ -119,8 +122,9 @@ class SeRes2NetBlock(nn.Module):
         self.tdnn2 = TdnnBlock(out_channels, out_channels, 1, 1)
         self.se_block = SqueezeExcitation(out_channels, se_channels)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.se_block(self.tdnn2(self.res2net_block(self.tdnn1(x))))
+    def forward(self, x: torch.Tensor, ragged: RaggedFrames | None = None) -> torch.Tensor:
+        # tdnn1 and tdnn2 are 1x1 convs: no padding, nothing for `ragged` to do
+        return x + self.se_block(self.tdnn2(self.res2net_block(self.tdnn1(x), ragged)), ragged)
 
 
 def _weighted_stats(x: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,13 +142,18 @@ class AttentiveStatsPooling(nn.Module):
         self.tdnn = TdnnBlock(channels * 3, attention_channels, 1, 1)
         self.conv = nn.Conv1d(attention_channels, channels, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        num_frames = x.shape[-1]
-        uniform = torch.full((1, 1, num_frames), 1.0 / num_frames, dtype=x.dtype, device=x.device)
+    def forward(self, x: torch.Tensor, ragged: RaggedFrames | None = None) -> torch.Tensor:
+        if ragged is None:
+            num_frames = x.shape[-1]
+            uniform = torch.full((1, 1, num_frames), 1.0 / num_frames, dtype=x.dtype, device=x.device)
+        else:
+            x = ragged.zero_padding(x)   # weight 0 times garbage must stay 0
+            uniform = ragged.uniform_weights(x.dtype)
         mean, std = _weighted_stats(x, uniform)
         context = torch.cat([x, mean.unsqueeze(2).expand_as(x), std.unsqueeze(2).expand_as(x)], dim=1)
         scores = self.conv(torch.tanh(self.tdnn(context)))          # [B, C, T]
-        mean, std = _weighted_stats(x, F.softmax(scores, dim=2))
+        weights = F.softmax(scores, dim=2) if ragged is None else ragged.masked_softmax(scores)
+        mean, std = _weighted_stats(x, weights)
         return torch.cat([mean, std], dim=1).unsqueeze(2)
 
 
@@ -172,15 +181,24 @@ class SpeakerEncoder(nn.Module):
         pads = [max(m.pad) for m in self.modules() if isinstance(m, TdnnBlock)]
         return max(pads) + 1
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+    def forward(self, mel: torch.Tensor, num_frames: list[int] | None = None) -> torch.Tensor:
+        """num_frames: each row's own mel length when the rows were right-padded to one (see ragged.py);
+        None, or all equal to the padded length, runs the plain path a lone clip takes."""
         if mel.dim() != 3 or mel.shape[1] != self.config.mel_dim:
             raise ValueError(f"mel must be [batch, {self.config.mel_dim}, frames], got shape {tuple(mel.shape)}")
-        if mel.shape[2] < self.min_num_frames:
-            raise ValueError(f"mel has {mel.shape[2]} frames; the speaker encoder needs at least {self.min_num_frames}")
+        shortest = mel.shape[2] if num_frames is None else min(num_frames)
+        if shortest < self.min_num_frames:
+            raise ValueError(f"mel has {shortest} frames; the speaker encoder needs at least {self.min_num_frames}")
+        ragged = None
+        if num_frames is not None:
+            if len(num_frames) != mel.shape[0] or max(num_frames) > mel.shape[2]:
+                raise ValueError(f"num_frames {num_frames} does not fit a mel batch of shape {tuple(mel.shape)}")
+            if shortest < mel.shape[2]:
+                ragged = RaggedFrames(torch.tensor(num_frames, device=mel.device), mel.shape[2])
         x = mel
         block_outputs = []
         for block in self.blocks:
-            x = block(x)
+            x = block(x, ragged)
             block_outputs.append(x)
-        x = self.mfa(torch.cat(block_outputs[1:], dim=1))          # [B, C_last, T]
-        return self.fc(self.asp(x)).squeeze(-1)                   # [B, enc_dim]
+        x = self.mfa(torch.cat(block_outputs[1:], dim=1), ragged)  # [B, C_last, T]
+        return self.fc(self.asp(x, ragged)).squeeze(-1)           # [B, enc_dim]

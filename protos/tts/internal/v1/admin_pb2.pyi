@@ -86,7 +86,7 @@ class PeerStatus(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., is_healthy: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[float] = ..., num_streams: _Optional[int] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ...) -> None: ...
 
 class TalkerStats(_message.Message):
-    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways", "decode_gap", "max_decode_gap_ms")
+    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways", "decode_gap", "max_decode_gap_ms", "voices")
     class BatchSizeHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class TalkerStats(_message.Message):
     GATEWAYS_FIELD_NUMBER: _ClassVar[int]
     DECODE_GAP_FIELD_NUMBER: _ClassVar[int]
     MAX_DECODE_GAP_MS_FIELD_NUMBER: _ClassVar[int]
+    VOICES_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     model: str
     uptime_s: float
@@ -128,7 +129,45 @@ class TalkerStats(_message.Message):
     gateways: _containers.RepeatedCompositeFieldContainer[PeerStatus]
     decode_gap: LatencyStats
     max_decode_gap_ms: float
-    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., decode_gap: _Optional[_Union[LatencyStats, _Mapping]] = ..., max_decode_gap_ms: _Optional[float] = ...) -> None: ...
+    voices: VoiceEncodingStats
+    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., decode_gap: _Optional[_Union[LatencyStats, _Mapping]] = ..., max_decode_gap_ms: _Optional[float] = ..., voices: _Optional[_Union[VoiceEncodingStats, _Mapping]] = ...) -> None: ...
+
+class VoiceEncodingStats(_message.Message):
+    __slots__ = ("num_encoded", "num_failed", "num_cache_hits", "num_batches", "batch_size_histogram", "queue_wait", "batch_time", "prepare_time", "mel_time", "speaker_time", "codec_time", "num_forwards", "num_pending")
+    class BatchSizeHistogramEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    NUM_ENCODED_FIELD_NUMBER: _ClassVar[int]
+    NUM_FAILED_FIELD_NUMBER: _ClassVar[int]
+    NUM_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    PREPARE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MEL_TIME_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_TIME_FIELD_NUMBER: _ClassVar[int]
+    CODEC_TIME_FIELD_NUMBER: _ClassVar[int]
+    NUM_FORWARDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PENDING_FIELD_NUMBER: _ClassVar[int]
+    num_encoded: int
+    num_failed: int
+    num_cache_hits: int
+    num_batches: int
+    batch_size_histogram: _containers.ScalarMap[int, int]
+    queue_wait: LatencyStats
+    batch_time: LatencyStats
+    prepare_time: LatencyStats
+    mel_time: LatencyStats
+    speaker_time: LatencyStats
+    codec_time: LatencyStats
+    num_forwards: int
+    num_pending: int
+    def __init__(self, num_encoded: _Optional[int] = ..., num_failed: _Optional[int] = ..., num_cache_hits: _Optional[int] = ..., num_batches: _Optional[int] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., queue_wait: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prepare_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., mel_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., speaker_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., codec_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., num_forwards: _Optional[int] = ..., num_pending: _Optional[int] = ...) -> None: ...
 
 class VocoderStats(_message.Message):
     __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "first_chunk_time", "chunk_latency", "batch_size_histogram", "chunk_frames_histogram", "graphs", "num_frames_decoded", "audio_s_emitted", "talkers")
