@@ -153,3 +153,7 @@ def test_step_op_counts_on_meta(batch, frames):
     # the output conv. Residual-unit convs: conv1's bias rides in the Snake, conv2 is a GEMM.
     assert counts["conv_bias_adds"] == 11, counts
     assert counts["by_op"]["triton.snake_beta"] == 4 * 7 + 1
+    assert "cat" not in {name for name in counts["generic_by_op"]}
+    # One tail index per (rate, context) pair, shared by every attention layer's K and V.
+    num_conv_states = sum(1 for key in build_meta_decoder("tiny", 1).pools if not key.endswith((".k", ".v")))
+    assert counts["by_op"]["aten.arange"] <= num_conv_states + 3, counts["by_op"]

@@ -37,7 +37,8 @@ class StepState:
         self.lengths = lengths
         self.positions = positions
         # (samples_per_frame, context_len) -> [bs, context_len] window index of each row's new tail;
-        # convs at the same rate and context share one (a few tiny launches fewer per step).
+        # ops at the same rate and context (all attention layers, K and V) share one: three tiny
+        # launches fewer per op per step.
         self._tail_index: dict[tuple[int, int], torch.Tensor] = {}
 
     def context(self, key: str) -> torch.Tensor:
@@ -54,15 +55,17 @@ class StepState:
         pool = self.pools[key]
         dim = dim % full.dim()
         context_len = pool.shape[dim]
-        start = self.lengths * samples_per_frame  # [bs]
-        tail = take_rows_window(full, start, context_len, dim)
-        pool.index_copy_(0, self.slots, tail)
-
+        index_shape = [1] * full.dim()
+        index_shape[0], index_shape[dim] = full.shape[0], context_len
+        out_shape = list(full.shape)
+        out_shape[dim] = context_len
+        index = self._window_index(samples_per_frame, context_len).view(index_shape).expand(out_shape)
+        pool.index_copy_(0, self.slots, torch.gather(full, dim, index))
 
     def load_conv_context(self, key: str, dest: torch.Tensor) -> None:
         """Copy the stored conv tail of `key` for this batch's slots into dest [bs, C, context_len]."""
-        stored = self.pools[key].transpose(1, 2).index_select(0, self.slots)  # [bs, context_len, C]
-        dest.transpose(1, 2).copy_(stored)
+        # One gather straight into the buffer's rows (index_select writes strided outputs), no temporary.
+        torch.index_select(self.pools[key].transpose(1, 2), 0, self.slots, out=dest.transpose(1, 2))
 
     def save_conv_tail(self, key: str, buffer: torch.Tensor, samples_per_frame: int) -> None:
         """Store each row's new tail from buffer [bs, C, context_len + T] = [stored tail ++ new input].
@@ -83,15 +86,3 @@ class StepState:
             offsets = torch.arange(size, device=self.lengths.device)
             self._tail_index[key] = torch.add(offsets, self.lengths.view(-1, 1), alpha=samples_per_frame)
         return self._tail_index[key]
-
-
-def take_rows_window(full: torch.Tensor, start: torch.Tensor, size: int, dim: int) -> torch.Tensor:
-    """full[b, ..., start[b] : start[b] + size, ...] for every row b, along `dim` (> 0)."""
-    index_shape = [1] * full.dim()
-    index_shape[0] = full.shape[0]
-    offsets_shape = [1] * full.dim()
-    offsets_shape[dim] = size
-    index = start.view(index_shape) + torch.arange(size, device=full.device).view(offsets_shape)
-    out_shape = list(full.shape)
-    out_shape[dim] = size
-    return torch.gather(full, dim, index.expand(out_shape))
