@@ -157,3 +157,13 @@ def test_step_op_counts_on_meta(batch, frames):
     # One tail index per (rate, context) pair, shared by every attention layer's K and V.
     num_conv_states = sum(1 for key in build_meta_decoder("tiny", 1).pools if not key.endswith((".k", ".v")))
     assert counts["by_op"]["aten.arange"] <= num_conv_states + 3, counts["by_op"]
+
+
+def test_step_traces_without_graph_breaks():
+    """`DecoderRunner.compiled_step` compiles the step whole: the buffer writes must not break it
+    (Dynamo refuses an out= into a strided view, so the compiled path copies instead)."""
+    model = tiny_code2wav()
+    decoder = StreamingDecoder(model, max_slots=2)
+    codes, slots, lengths = random_codes(2, 3, seed=1), torch.tensor([0, 1]), torch.tensor([3, 2])
+    explain = torch._dynamo.explain(decoder.step_unchecked)(codes, slots, lengths)
+    assert explain.graph_break_count == 0, [str(b.reason)[:200] for b in explain.break_reasons]

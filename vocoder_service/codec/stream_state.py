@@ -64,8 +64,13 @@ class StepState:
 
     def load_conv_context(self, key: str, dest: torch.Tensor) -> None:
         """Copy the stored conv tail of `key` for this batch's slots into dest [bs, C, context_len]."""
-        # One gather straight into the buffer's rows (index_select writes strided outputs), no temporary.
-        torch.index_select(self.pools[key].transpose(1, 2), 0, self.slots, out=dest.transpose(1, 2))
+        pool_rows, dest_rows = self.pools[key].transpose(1, 2), dest.transpose(1, 2)  # [*, context_len, C]
+        if torch.compiler.is_compiling():
+            # Dynamo breaks the graph at an out= into a strided view; Inductor fuses the copy anyway.
+            dest_rows.copy_(pool_rows.index_select(0, self.slots))
+            return
+        # Eager: one gather straight into the buffer's rows (index_select writes strided outputs).
+        torch.index_select(pool_rows, 0, self.slots, out=dest_rows)
 
     def save_conv_tail(self, key: str, buffer: torch.Tensor, samples_per_frame: int) -> None:
         """Store each row's new tail from buffer [bs, C, context_len + T] = [stored tail ++ new input].
