@@ -165,5 +165,8 @@ def test_step_traces_without_graph_breaks():
     model = tiny_code2wav()
     decoder = StreamingDecoder(model, max_slots=2)
     codes, slots, lengths = random_codes(2, 3, seed=1), torch.tensor([0, 1]), torch.tensor([3, 2])
-    explain = torch._dynamo.explain(decoder.step_unchecked)(codes, slots, lengths)
+    try:
+        explain = torch._dynamo.explain(decoder.step_unchecked)(codes, slots, lengths)
+    finally:
+        torch._dynamo.reset()  # no compiled code or caches left behind for other tests
     assert explain.graph_break_count == 0, [str(b.reason)[:200] for b in explain.break_reasons]
