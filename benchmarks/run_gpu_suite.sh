@@ -117,7 +117,8 @@ for w in $which; do
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
     talker)  python3 benchmarks/bench_talker.py --out "$OUT/talker.json" 2>&1 | tee "$OUT/talker.log" ;;
     vocoder-service)
-      python3 benchmarks/bench_vocoder_service.py --modes eager,graphs,graphs+compile --streams 1,4,16,64,128 \
+      python3 benchmarks/bench_vocoder_service.py --modes "${VOCODER_MODES:-eager,graphs,graphs+compile}" \
+        --streams 1,4,16,64,128 \
         --out "$OUT/vocoder-service.json" 2>&1 | tee "$OUT/vocoder-service.log" ;;
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
