@@ -1,8 +1,7 @@
-"""Eager PyTorch reference for SnakeBeta: y = z + sin(z * a)^2 * b, z = x (+ bias), per channel.
+"""Eager PyTorch reference for SnakeBeta: y = x + sin(x * a)^2 * b, per channel.
 
 `a` is exp(alpha) and `b` is 1 / (exp(beta) + eps): both precomputed once after weight load
-(the checkpoint stores alpha and beta in log space). The optional per-channel `bias` is the bias
-of the convolution that produced x, added here (in fp32) instead of in a separate pass over x.
+(the checkpoint stores alpha and beta in log space).
 """
 from __future__ import annotations
 
@@ -18,12 +17,9 @@ def snake_params_from_log(alpha: torch.Tensor, beta: torch.Tensor, eps: float = 
     return alpha_exp, inv_beta
 
 
-def snake_beta_reference(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor,
-                         bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x: [B, C, T]; alpha_exp, inv_beta, bias: [C] -> [B, C, T] in x's dtype and layout (math in fp32)."""
+def snake_beta_reference(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
+    """x: [B, C, T]; alpha_exp, inv_beta: [C] -> [B, C, T] in x's dtype (math in fp32)."""
     xf = x.float()
-    if bias is not None:
-        xf = xf + bias.float().view(1, -1, 1)
     a = alpha_exp.float().view(1, -1, 1)
     b = inv_beta.float().view(1, -1, 1)
     return (xf + torch.sin(xf * a).pow(2) * b).to(x.dtype)

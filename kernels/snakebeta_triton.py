@@ -1,15 +1,9 @@
-"""Fused Triton SnakeBeta: y = z + sin(z * a)^2 * b with z = x (+ bias), one read of x, one write of y.
+"""Fused Triton SnakeBeta: y = x + sin(x * a)^2 * b, one read of x and one write of y.
 
 Grid: axis 0 = tiles along time, axis 1 = tiles of channels, axis 2 = batch. Each program owns a
 [BLOCK_C, BLOCK_T] tile of one batch item, so the channel of every row is known without any
 integer division, a/b are loaded once per row, and long rows (T ~ 10^5) and short rows (T = 4 in the
 first decoder stage, with C = 1536) both fill a program with BLOCK_C * BLOCK_T useful elements.
-
-x and y may each be channel-major ([B, C, T] contiguous, time stride 1) or time-major ([B, T, C] in
-memory, channel stride 1: the decoder's layout, vocoder_service/codec/layout.py), or any strided view
-such as the input half of a streaming conv's buffer. Triton specialises integer arguments equal to 1,
-so whichever stride is 1 becomes a compile-time constant and the loads vectorise along that axis.
-The optional per-channel bias is the producing convolution's: adding it here saves a broadcast pass.
 
 The module reads TRITON_INTERPRET when it is imported (triton.jit picks the interpreter at
 decoration time), so tests that want the CPU interpreter must set it before the first import.
@@ -43,11 +37,11 @@ _MAX_GRID_YZ = 65535
 
 @triton.jit
 def _snake_beta_kernel(
-    x_ptr, a_ptr, b_ptr, bias_ptr, y_ptr,
+    x_ptr, a_ptr, b_ptr, y_ptr,
     num_channels, num_samples,
-    x_stride_b, x_stride_c, x_stride_t,
-    y_stride_b, y_stride_c, y_stride_t,
-    BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, HAS_BIAS: tl.constexpr, FAST_SIN: tl.constexpr,
+    x_stride_b, x_stride_c,
+    y_stride_b, y_stride_c,
+    BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, FAST_SIN: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -61,13 +55,10 @@ def _snake_beta_kernel(
     a = tl.load(a_ptr + chans, mask=chan_ok, other=0.0)[:, None]  # [BLOCK_C, 1] fp32
     b = tl.load(b_ptr + chans, mask=chan_ok, other=0.0)[:, None]
     chans64 = chans.to(tl.int64)
-    times64 = times.to(tl.int64)  # time-major rows: t * C passes 2^31 elements at decoder sizes
-    x_offs = (pid_b * x_stride_b + chans64 * x_stride_c)[:, None] + (times64 * x_stride_t)[None, :]
-    y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + (times64 * y_stride_t)[None, :]
+    x_offs = (pid_b * x_stride_b + chans64 * x_stride_c)[:, None] + times[None, :]
+    y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + times[None, :]
 
     x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        x += tl.load(bias_ptr + chans, mask=chan_ok, other=0.0).to(tl.float32)[:, None]
     z = x * a
     # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
     k = tl.floor(z * _INV_PI + 0.5)
@@ -96,46 +87,34 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def is_time_major(x: torch.Tensor) -> bool:
-    """Channels adjacent in memory ([B, T, C] storage); a single channel counts as channel-major."""
-    return x.shape[1] > 1 and x.stride(1) == 1
-
-
 def snake_beta_triton(
     x: torch.Tensor,
     alpha_exp: torch.Tensor,
     inv_beta: torch.Tensor,
     out: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
     config: SnakeConfig | None = None,
 ) -> torch.Tensor:
-    """x: [B, C, T], any strides; alpha_exp, inv_beta: [C] fp32; bias: [C] any float dtype, or None.
+    """x: [B, C, T] (time stride 1, any batch/channel strides); alpha_exp, inv_beta: [C] fp32.
 
-    Returns [B, C, T] in x's dtype and layout (time-major x -> time-major y, else contiguous), or
-    writes into `out` (any strides: e.g. the input part of a conv buffer; it may be x itself, as
-    every element is read before it is written by the same program).
+    Returns [B, C, T] contiguous in x's dtype (or writes into `out`, which may be x itself: every
+    element is read before it is written by the same program).
     """
     if x.dim() != 3:
         raise ValueError(f"snake_beta_triton expects x of shape [B, C, T], got {tuple(x.shape)}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"snake_beta_triton supports {SUPPORTED_DTYPES}, got {x.dtype}")
     num_batch, num_channels, num_samples = x.shape
+    if x.stride(2) != 1:
+        x = x.contiguous()
     a = alpha_exp.to(device=x.device, dtype=torch.float32).contiguous()  # no-op when precomputed
     b = inv_beta.to(device=x.device, dtype=torch.float32).contiguous()
     if out is None:
-        time_major = is_time_major(x)
-        shape = (num_batch, num_samples, num_channels) if time_major else (num_batch, num_channels, num_samples)
-        out = torch.empty(shape, device=x.device, dtype=x.dtype)
-        out = out.transpose(1, 2) if time_major else out
-    elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        out = torch.empty((num_batch, num_channels, num_samples), device=x.device, dtype=x.dtype)
+    elif out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1:
         raise ValueError(
-            f"out must match x ({tuple(x.shape)}, {x.dtype}, {x.device}), "
-            f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
+            f"out must match x ({tuple(x.shape)}, {x.dtype}, time stride 1), "
+            f"got {tuple(out.shape)}, {out.dtype}, strides {out.stride()}"
         )
-    if bias is not None:
-        if tuple(bias.shape) != (num_channels,):
-            raise ValueError(f"bias must have shape [{num_channels}], got {tuple(bias.shape)}")
-        bias = bias.contiguous()
     if x.numel() == 0:
         return out
     if config is None:
@@ -143,7 +122,6 @@ def snake_beta_triton(
         config = choose_config(
             num_channels, num_samples, x.element_size(), num_batch=num_batch,
             is_cuda=use_gpu, num_sms=_num_sms(x.device) if use_gpu else 1,  # interpreter: fewer programs
-            time_major=is_time_major(x),
         )
     num_c_tiles = triton.cdiv(num_channels, config.block_c)
     if num_c_tiles > _MAX_GRID_YZ:
@@ -154,11 +132,11 @@ def snake_beta_triton(
         xs, ys = x[b0:b0 + _MAX_GRID_YZ], out[b0:b0 + _MAX_GRID_YZ]
         grid = (num_t_tiles, num_c_tiles, xs.shape[0])
         _snake_beta_kernel[grid](
-            xs, a, b, a if bias is None else bias, ys,  # a: a valid pointer the kernel never reads
+            xs, a, b, ys,
             num_channels, num_samples,
-            xs.stride(0), xs.stride(1), xs.stride(2),
-            ys.stride(0), ys.stride(1), ys.stride(2),
-            BLOCK_C=config.block_c, BLOCK_T=config.block_t, HAS_BIAS=bias is not None,
-            FAST_SIN=config.fast_sin, num_warps=config.num_warps,
+            xs.stride(0), xs.stride(1),
+            ys.stride(0), ys.stride(1),
+            BLOCK_C=config.block_c, BLOCK_T=config.block_t, FAST_SIN=config.fast_sin,
+            num_warps=config.num_warps,
         )
     return out

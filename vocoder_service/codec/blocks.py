@@ -8,7 +8,6 @@ from torch import nn
 from kernels import snakebeta as snake_kernels
 from kernels.snakebeta_reference import snake_params_from_log
 from vocoder_service.codec.convs import CausalConv1d, CausalConvTranspose1d
-from vocoder_service.codec.layout import as_time_major
 from vocoder_service.codec.precision import apply_keeping_fp32
 from vocoder_service.codec.stream_state import StepState
 
@@ -40,13 +39,9 @@ class SnakeBeta(nn.Module):
     def _apply(self, fn, recurse=True):
         return apply_keeping_fp32(self, super()._apply, fn, recurse, self._DERIVED)
 
-    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-        # x: [B, C, T] -> [B, C, T] in x's layout, or written into `out` (the next conv's buffer).
-        # `bias`: the producing conv's, added here instead of in its own pass over x.
-        # Looked up through the module so the dispatcher can be swapped at runtime.
-        if out is None and bias is None:
-            return snake_kernels.snake_beta(x, self.alpha_exp, self.inv_beta)
-        return snake_kernels.snake_beta(x, self.alpha_exp, self.inv_beta, out=out, bias=bias)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [B, C, T]; looked up through the module so the dispatcher can be swapped at runtime.
+        return snake_kernels.snake_beta(x, self.alpha_exp, self.inv_beta)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -61,9 +56,8 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # x: [B, dim, T] time-major; everything after the depthwise conv is per time step, on
-        # [B, T, dim] rows that the time-major layout makes contiguous (no copy for the norm).
-        h = as_time_major(self.dwconv(x, state)).transpose(1, 2)  # [B, T, dim]
+        # x: [B, dim, T]; everything after the depthwise conv is per time step.
+        h = self.dwconv(x, state).transpose(1, 2)  # [B, T, dim]
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).transpose(1, 2)
 
@@ -79,12 +73,8 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, 1, samples_per_frame=samples_per_frame)
 
     def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # act1 writes straight into conv1's [context ++ input] buffer; conv1's bias is added by
-        # act2 (its only reader) instead of in a pass of its own.
-        buffer = self.conv1.open_input(x, x.shape[-1], state)
-        self.act1(x, out=self.conv1.new_input(buffer))
-        h = self.conv1(buffer, state, add_bias=False, buffered=True)
-        return x + self.conv2(self.act2(h, bias=self.conv1.conv.bias), state)
+        h = self.conv1(self.act1(x), state)
+        return x + self.conv2(self.act2(h), state)
 
 
 class DecoderBlock(nn.Module):
@@ -102,11 +92,8 @@ class DecoderBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # x: [B, in_dim, T] -> [B, out_dim, T * rate]; the Snake writes into the upsampler's buffer.
-        upsampler = self.block[1]
-        buffer = upsampler.open_input(x, x.shape[-1], state)
-        self.block[0](x, out=upsampler.new_input(buffer))
-        x = upsampler(buffer, state, buffered=True)
-        for layer in self.block[2:]:
+        # x: [B, in_dim, T] -> [B, out_dim, T * rate]
+        x = self.block[0](x)
+        for layer in self.block[1:]:
             x = layer(x, state)
         return x

@@ -84,10 +84,8 @@ class Code2Wav(nn.Module):
         wav = self.decoder[0](hidden, state)
         for block in self.decoder[1:-2]:
             wav = block(wav, state)
-        out_conv = self.decoder[-1]  # the final Snake writes into its [context ++ input] buffer
-        buffer = out_conv.open_input(wav, wav.shape[-1], state)
-        self.decoder[-2](wav, out=out_conv.new_input(buffer))
-        return out_conv(buffer, state, buffered=True).clamp(min=-1.0, max=1.0)
+        wav = self.decoder[-1](self.decoder[-2](wav), state)
+        return wav.clamp(min=-1.0, max=1.0)
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

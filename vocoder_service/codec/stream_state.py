@@ -6,22 +6,10 @@ post-RoPE K/V of the last window-1 frames). A step reads those tails for the bat
 prepends them to the new input, and writes back the tail that ends at each row's *valid* length,
 so right padding never enters the state. Everything is gather/scatter on device tensors: no host
 syncs, no data-dependent Python branches (the step is captured in CUDA graphs).
-
-Conv tails (per-slot shape (channels, samples)) are stored time-major like the activations they
-come from (vocoder_service/codec/layout.py): reading them into a conv's input buffer and writing
-the new tail back are then copies of whole [samples, channels] rows, not transposes.
 """
 from __future__ import annotations
 
 import torch
-
-
-def new_pool(num_rows: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """Zeroed pool [num_rows, *shape]; a conv tail (channels, samples) is stored [rows, samples, channels]."""
-    if len(shape) == 2:
-        channels, num_samples = shape
-        return torch.zeros((num_rows, num_samples, channels), device=device, dtype=dtype).transpose(1, 2)
-    return torch.zeros((num_rows, *shape), device=device, dtype=dtype)
 
 
 class StepState:
@@ -36,10 +24,6 @@ class StepState:
         self.slots = slots
         self.lengths = lengths
         self.positions = positions
-        # (samples_per_frame, context_len) -> [bs, context_len] window index of each row's new tail;
-        # ops at the same rate and context (all attention layers, K and V) share one: three tiny
-        # launches fewer per op per step.
-        self._tail_index: dict[tuple[int, int], torch.Tensor] = {}
 
     def context(self, key: str) -> torch.Tensor:
         """The stored tail of `key` for this batch's slots: [bs, *pool_shape]."""
@@ -55,39 +39,34 @@ class StepState:
         pool = self.pools[key]
         dim = dim % full.dim()
         context_len = pool.shape[dim]
-        index_shape = [1] * full.dim()
-        index_shape[0], index_shape[dim] = full.shape[0], context_len
-        out_shape = list(full.shape)
-        out_shape[dim] = context_len
-        index = self._window_index(samples_per_frame, context_len).view(index_shape).expand(out_shape)
-        pool.index_copy_(0, self.slots, torch.gather(full, dim, index))
+        start = self.lengths * samples_per_frame  # [bs]
+        tail = take_rows_window(full, start, context_len, dim)
+        pool.index_copy_(0, self.slots, tail)
 
-    def load_conv_context(self, key: str, dest: torch.Tensor) -> None:
-        """Copy the stored conv tail of `key` for this batch's slots into dest [bs, C, context_len]."""
-        pool_rows, dest_rows = self.pools[key].transpose(1, 2), dest.transpose(1, 2)  # [*, context_len, C]
-        if torch.compiler.is_compiling():
-            # Dynamo breaks the graph at an out= into a strided view; Inductor fuses the copy anyway.
-            dest_rows.copy_(pool_rows.index_select(0, self.slots))
-            return
-        # Eager: one gather straight into the buffer's rows (index_select writes strided outputs).
-        torch.index_select(pool_rows, 0, self.slots, out=dest_rows)
 
-    def save_conv_tail(self, key: str, buffer: torch.Tensor, samples_per_frame: int) -> None:
-        """Store each row's new tail from buffer [bs, C, context_len + T] = [stored tail ++ new input].
+    def advance_split(self, key: str, tail: torch.Tensor, x: torch.Tensor, samples_per_frame: int) -> None:
+        """`advance` for full = [tail ++ x] without building `full` (x is at least as long as tail).
 
-        Row b's valid part ends at context_len + lengths[b] * samples_per_frame, so its new tail is
-        buffer[b, :, start_b : start_b + context_len] with start_b = lengths[b] * samples_per_frame.
+        Row b's new tail is full[start_b : start_b + context_len] with start_b = lengths[b] * spf:
+        positions < context_len come from the old tail, the rest from x.
         """
         pool = self.pools[key]
         context_len = pool.shape[-1]
-        index = self._window_index(samples_per_frame, context_len)  # [bs, context_len]
-        rows = buffer.transpose(1, 2)  # [bs, context_len + T, C], rows of C adjacent channels
-        tail = torch.gather(rows, 1, index.unsqueeze(-1).expand(-1, -1, rows.shape[-1]))
-        pool.transpose(1, 2).index_copy_(0, self.slots, tail)
+        start = self.lengths * samples_per_frame  # [bs]
+        index = start.view(-1, 1, 1) + torch.arange(context_len, device=x.device).view(1, 1, -1)
+        index = index.expand(x.shape[0], x.shape[1], context_len)  # [bs, C, context_len], full coords
+        from_x = torch.gather(x, -1, (index - context_len).clamp(min=0))
+        from_tail = torch.gather(tail, -1, index.clamp(max=context_len - 1))
+        pool.index_copy_(0, self.slots, torch.where(index >= context_len, from_x, from_tail))
 
-    def _window_index(self, samples_per_frame: int, size: int) -> torch.Tensor:
-        key = (samples_per_frame, size)
-        if key not in self._tail_index:
-            offsets = torch.arange(size, device=self.lengths.device)
-            self._tail_index[key] = torch.add(offsets, self.lengths.view(-1, 1), alpha=samples_per_frame)
-        return self._tail_index[key]
+
+def take_rows_window(full: torch.Tensor, start: torch.Tensor, size: int, dim: int) -> torch.Tensor:
+    """full[b, ..., start[b] : start[b] + size, ...] for every row b, along `dim` (> 0)."""
+    index_shape = [1] * full.dim()
+    index_shape[0] = full.shape[0]
+    offsets_shape = [1] * full.dim()
+    offsets_shape[dim] = size
+    index = start.view(index_shape) + torch.arange(size, device=full.device).view(offsets_shape)
+    out_shape = list(full.shape)
+    out_shape[dim] = size
+    return torch.gather(full, dim, index.expand(out_shape))

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from vocoder_service.codec.model import Code2Wav
-from vocoder_service.codec.stream_state import StepState, new_pool
+from vocoder_service.codec.stream_state import StepState
 from vocoder_service.codec.validation import check_step
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class StreamingDecoder:
         self.codebook_size = model.config.codebook_size
         self.samples_per_frame = model.samples_per_frame
         self.pools = {
-            key: new_pool(max_slots + 1, shape, self.device, self.dtype)
+            key: torch.zeros((max_slots + 1, *shape), device=self.device, dtype=self.dtype)
             for key, shape in model.state_specs().items()
         }
         # Frames decoded so far per slot: the absolute position of its next frame (RoPE, window).
