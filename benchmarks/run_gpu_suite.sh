@@ -55,13 +55,15 @@ e2e_clone() {
   if wait_ready "$ready" "$pid" 600; then
     local target
     target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_target"])' "$ready")
-    for workload in registered clone-xvector clone-icl; do
-      python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload "$workload" \
-        --concurrency 1,4,8,16,32,64 --out "$OUT/e2e-clone-$workload.json" 2>&1 | tee -a "$OUT/e2e-clone.log"
-    done
-    # every stream its own clip: each request is really encoded (no cache hit)
+    # every stream its own clip first: each request is really encoded (no cache hit)
     python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload clone-icl --distinct-clips \
-      --concurrency 1,4,8,16,32 --out "$OUT/e2e-clone-icl-distinct.json" 2>&1 | tee -a "$OUT/e2e-clone.log"
+      --concurrency "${CLONE_DISTINCT_LEVELS:-1,4,8,16,32}" --out "$OUT/e2e-clone-icl-distinct.json" 2>&1 \
+      | tee -a "$OUT/e2e-clone.log"
+    for workload in ${CLONE_WORKLOADS:-registered clone-xvector clone-icl}; do
+      python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload "$workload" \
+        --concurrency "${CLONE_LEVELS:-1,4,8,16,32,64}" --out "$OUT/e2e-clone-$workload.json" 2>&1 \
+        | tee -a "$OUT/e2e-clone.log"
+    done
   else
     echo "clone stack did not start; see $OUT/e2e-clone-stack.log" | tee "$OUT/e2e-clone.log"
   fi
