@@ -67,7 +67,8 @@ def serve(config: TalkerServiceConfig) -> int:
         voices = VoiceEncoding(model_dir, vocab.model_type, config.model, model.config.hidden_size,
                                model.device, model.dtype, max_pending=config.max_voice_encodings,
                                max_cached=config.max_cached_voices, max_batch_jobs=config.max_voice_batch,
-                               max_batch_audio_s=config.max_voice_batch_audio_s)
+                               max_batch_audio_s=config.max_voice_batch_audio_s,
+                               warm_up=engine.config.is_warm_up(model.device.type))
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         stop.attach(server.request_stop)
         from checkpoint.text_tokenizer import load_text_tokenizer

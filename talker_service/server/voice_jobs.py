@@ -31,6 +31,7 @@ from talker_service.server.voice_cache import VoiceCache, voice_key
 from talker_service.server.voice_stats import VoiceStats
 from talker_service.server.voice_worker import VoiceAnswer, VoiceJob, VoiceWorker
 from talker_service.voice.batch_encode import ReferenceEncoder
+from talker_service.voice.shape_buckets import ShapeBuckets
 from talker_service.voice.reference_audio import TARGET_SAMPLE_RATE_HZ, ReferenceAudioLimits
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ class VoiceEncoding:
     def __init__(self, model_dir: str | Path | None, model_type: str, model_name: str, hidden_size: int,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_pending: int = 64,
-                 max_cached: int = 256, max_batch_jobs: int = 16, max_batch_audio_s: float = 80.0) -> None:
+                 max_cached: int = 256, max_batch_jobs: int = 16, max_batch_audio_s: float = 80.0,
+                 warm_up: bool = False, bucket_s: float = 2.5) -> None:
         if max_batch_jobs < 1 or max_batch_audio_s <= 0:
             raise ValueError(f"need max_batch_jobs >= 1 and max_batch_audio_s > 0, got {max_batch_jobs}, "
                              f"{max_batch_audio_s}")
@@ -61,6 +63,12 @@ class VoiceEncoding:
         self._answers: queue.SimpleQueue[VoiceAnswer] = queue.SimpleQueue()
         self._num_pending = 0             # loop thread only: submitted, answer not taken yet
         self._worker: threading.Thread | None = None
+        # warm-up: encoders loaded and every bucketed shape run once on the worker thread from the
+        # start (shape_buckets.py: a new shape's first forward cost up to 1 s on the H200)
+        self.buckets = ShapeBuckets(max_batch_jobs, int(bucket_s * TARGET_SAMPLE_RATE_HZ), self.max_batch_samples,
+                                    int(limits.max_duration_s * TARGET_SAMPLE_RATE_HZ)) if warm_up else None
+        if warm_up and model_type == "base" and model_dir is not None:
+            self._start_worker(self.buckets.warm_up_order())
 
     # ---- loop thread ----------------------------------------------------------------------------
     def submit(self, identity: bytes, request: talker_pb2.EncodeVoice, audio: np.ndarray | None) -> None:
@@ -78,10 +86,7 @@ class VoiceEncoding:
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request.request_id!r}: {self._num_pending} voice "
                                                     "encodings already in progress; retry later")
         if self._worker is None:
-            worker = VoiceWorker(self._jobs, self._answers, self.cache, self.stats, self.encoder, self.model_name,
-                                 self.hidden_size, self.max_batch_jobs)
-            self._worker = threading.Thread(target=worker.run, name="voice-encoder", daemon=True)
-            self._worker.start()
+            self._start_worker()
         self._num_pending += 1
         self._jobs.put(VoiceJob(identity, request, np.array(audio, dtype=np.float32), key))   # copy: the frame is reused
         logger.info("request %s: voice encoding queued (%.2f s of audio at %d Hz, %s)", request.request_id,
@@ -141,6 +146,12 @@ class VoiceEncoding:
     def stats_proto(self, reset: bool) -> admin_pb2.VoiceEncodingStats:
         return self.stats.to_proto(self.cache.num_hits, self._num_pending, reset)
 
+    def _start_worker(self, warm_up_shapes: list[tuple[int, int]] | None = None) -> None:
+        self.worker = VoiceWorker(self._jobs, self._answers, self.cache, self.stats, self.encoder, self.model_name,
+                                  self.hidden_size, self.max_batch_jobs, warm_up_shapes)
+        self._worker = threading.Thread(target=self.worker.run, name="voice-encoder", daemon=True)
+        self._worker.start()
+
     def close(self) -> None:
         if self._worker is not None:
             self._jobs.put(None)
@@ -153,7 +164,7 @@ class VoiceEncoding:
             from talker_service.voice.xvector import load_speaker_encoder
             self._encoder = ReferenceEncoder(load_speaker_encoder(self.model_dir, self.device, self.dtype),
                                              load_codec_encoder(self.model_dir, self.device, self.dtype),
-                                             self.limits, self.max_batch_samples)
+                                             self.limits, self.max_batch_samples, self.buckets)
         return self._encoder
 
 

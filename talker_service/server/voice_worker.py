@@ -57,7 +57,7 @@ class VoiceAnswer:
 class VoiceWorker:
     def __init__(self, jobs: queue.Queue, answers: queue.SimpleQueue, cache: VoiceCache, stats: VoiceStats,
                  load_encoder: Callable[[], ReferenceEncoder], model_name: str, hidden_size: int,
-                 max_batch_jobs: int) -> None:
+                 max_batch_jobs: int, warm_up_shapes: list[tuple[int, int]] | None = None) -> None:
         self.jobs = jobs                  # VoiceJob, or None: stop
         self.answers = answers
         self.cache = cache
@@ -68,8 +68,12 @@ class VoiceWorker:
         self.max_batch_jobs = max_batch_jobs
         self._stream = None               # CUDA: the encoders' own stream, made with the encoder
         self._unanswered: dict[int, VoiceJob] = {}   # id -> job of the batch being encoded, until answered
+        self.warm_up_left = list(warm_up_shapes or [])   # (clips, samples) not yet run; requests go first
+        self.warm_up_s = 0.0
 
     def run(self) -> None:
+        while self.warm_up_left and self.jobs.empty():
+            self.warm_up_some()
         while (batch := self.take_batch()) is not None:
             jobs, stop = batch
             self._unanswered = {id(job): job for job in jobs}
@@ -81,6 +85,24 @@ class VoiceWorker:
                     self._fail(job, "INTERNAL", f"{type(exc).__name__}: {exc}")
             if stop:
                 return
+            while self.warm_up_left and self.jobs.empty():   # between requests, where it stopped
+                self.warm_up_some()
+
+    def warm_up_some(self) -> None:
+        """Encoder shapes run once each until a job is queued (or all are done)."""
+        started_s = time.perf_counter()
+        try:
+            encoder = self.load_encoder()
+            with self._on_encoder_stream(encoder):
+                done = encoder.warm_up(self.warm_up_left, should_pause=lambda: not self.jobs.empty())
+        except Exception:   # noqa: BLE001 - requests still run (and report what is wrong); only speed is lost
+            logger.exception("voice encoder warm-up failed; encoder shapes stay cold")
+            self.warm_up_left = []
+            return
+        self.warm_up_left = self.warm_up_left[done:]
+        self.warm_up_s += time.perf_counter() - started_s
+        if not self.warm_up_left:
+            logger.info("voice encoders warmed in %.1f s", self.warm_up_s)
 
     def take_batch(self) -> tuple[list[VoiceJob], bool] | None:
         """(jobs, stop after them): blocks for the first job, then takes what is already queued."""

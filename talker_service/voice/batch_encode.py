@@ -29,6 +29,7 @@ import torch
 from talker_service.voice.codec_encoder import CodecEncoder
 from talker_service.voice.mel import LogMelSpectrogram
 from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio
+from talker_service.voice.shape_buckets import ShapeBuckets
 from talker_service.voice.speaker_encoder import SpeakerEncoder
 
 logger = logging.getLogger(__name__)
@@ -72,13 +73,15 @@ def forward_groups(num_samples: Sequence[int], max_batch_samples: int) -> list[l
 
 class ReferenceEncoder:
     def __init__(self, speaker_encoder: SpeakerEncoder, codec_encoder: CodecEncoder,
-                 limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_batch_samples: int = 80 * 24000) -> None:
+                 limits: ReferenceAudioLimits = ReferenceAudioLimits(), max_batch_samples: int = 80 * 24000,
+                 buckets: ShapeBuckets | None = None) -> None:
         if max_batch_samples < 1:
             raise ValueError(f"max_batch_samples must be >= 1, got {max_batch_samples}")
         self.speaker_encoder = speaker_encoder
         self.codec_encoder = codec_encoder
         self.limits = limits
         self.max_batch_samples = max_batch_samples
+        self.buckets = buckets            # None: each group runs at its own shape
         param = next(speaker_encoder.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.mel = LogMelSpectrogram().to(self.device)   # float32 whatever the encoder's dtype
@@ -103,20 +106,16 @@ class ReferenceEncoder:
 
         def x_vectors(rows: list[int]) -> list[torch.Tensor]:
             nonlocal lap_s
-            mel, num_frames = self.mel.forward_clips([on_device[i] for i in rows])   # [B, 128, frames] float32
-            elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
-            times.mel_ms += elapsed_ms
-            x_vector = self.speaker_encoder(mel.to(self.dtype), num_frames).float().cpu()   # [B, enc_dim]
-            elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
-            times.speaker_ms += elapsed_ms
-            return list(x_vector)
+            x_vector = self._x_vectors(*self._bucketed([on_device[i] for i in rows]), times, lap_s)
+            lap_s = time.perf_counter()
+            return list(x_vector[:len(rows)])
 
         def codes(rows: list[int]) -> list[torch.Tensor]:
             nonlocal lap_s
-            out = self.codec_encoder.encode_batch([on_device[i] for i in rows])   # CPU codes: the device is done
+            out = self.codec_encoder.encode_batch(*self._bucketed([on_device[i] for i in rows]))   # CPU codes
             elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
             times.codec_ms += elapsed_ms
-            return out
+            return out[:len(rows)]
 
         passed = list(audio)
         for group in forward_groups([len(audio[i]) for i in passed], self.max_batch_samples):
@@ -125,6 +124,39 @@ class ReferenceEncoder:
         for group in forward_groups([len(audio[i]) for i in in_context], self.max_batch_samples):
             times.num_forwards += _run_group([in_context[j] for j in group], codes, results, "codes")
         return results, times
+
+
+    def _x_vectors(self, clips: list[torch.Tensor], pad_to: int, times: BatchTimes, lap_s: float) -> torch.Tensor:
+        mel, num_frames = self.mel.forward_clips(clips, pad_to)                           # [B, 128, frames] float32
+        elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
+        times.mel_ms += elapsed_ms
+        x_vector = self.speaker_encoder(mel.to(self.dtype), num_frames).float().cpu()   # [B, enc_dim]
+        elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
+        times.speaker_ms += elapsed_ms
+        return x_vector
+
+    def _bucketed(self, clips: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
+        """(the group with silent clips added up to its clips bucket, samples to pad every row to);
+        the silent rows' outputs are dropped."""
+        if self.buckets is None:
+            return clips, 0
+        num_clips, num_samples = self.buckets.shape([clip.shape[0] for clip in clips])
+        return list(clips) + [clips[0].new_zeros(num_samples)] * (num_clips - len(clips)), num_samples
+
+    @torch.inference_mode()
+    def warm_up(self, shapes: Sequence[tuple[int, int]], should_pause: Callable[[], bool] = lambda: False) -> int:
+        """Run both encoders once at each (clips, samples) shape on silent clips, so no request
+        meets a shape for the first time; returns the shapes done. Stops early (to serve requests
+        first, then go on from where it stopped) when `should_pause()` says so."""
+        done = 0
+        for num_clips, num_samples in shapes:
+            if should_pause():
+                break
+            clips = [torch.zeros(num_samples, device=self.device)] * num_clips
+            self._x_vectors(clips, num_samples, BatchTimes(), time.perf_counter())
+            self.codec_encoder.encode_batch(clips, num_samples)
+            done += 1
+        return done
 
 
 def _run_group(group: list[int], forward: Callable[[list[int]], list[torch.Tensor]],

@@ -88,7 +88,7 @@ class CodecEncoder(nn.Module):
         return self.encode_batch([audio_24k])[0]
 
     @torch.inference_mode()
-    def encode_batch(self, clips_24k: list[np.ndarray | torch.Tensor]) -> list[torch.Tensor]:
+    def encode_batch(self, clips_24k: list[np.ndarray | torch.Tensor], pad_to: int = 0) -> list[torch.Tensor]:
         """The codes of each clip, [K_i, 16] int64 on CPU, from one forward over the right-padded batch.
 
         Exact per clip: the SEANet convs and the transformer are causal, so a clip's frames never
@@ -106,6 +106,8 @@ class CodecEncoder(nn.Module):
         param = next(self.parameters())
         x = torch.nn.utils.rnn.pad_sequence([clip.to(device=param.device, dtype=param.dtype) for clip in audio],
                                             batch_first=True).unsqueeze(1)                   # [B, 1, N]
+        if pad_to > x.shape[-1]:   # a fixed shape (shape_buckets.py): more padding, masked like the rest
+            x = torch.nn.functional.pad(x, (0, pad_to - x.shape[-1]))
         return self.codes_of_padded(x, [clip.numel() for clip in audio])
 
     @torch.inference_mode()

@@ -53,10 +53,11 @@ class LogMelSpectrogram(torch.nn.Module):
         self._check_length(audio.shape[1])
         return self._log_mel(_reflect_pad(audio.float()))
 
-    def forward_clips(self, clips: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    def forward_clips(self, clips: list[torch.Tensor], pad_to: int = 0) -> tuple[torch.Tensor, list[int]]:
         """Clips [N_i] of any lengths -> (log-mel [B, num_mels, max frames], frames of each clip).
 
-        Each clip is reflect-padded at its own ends before the batch is right-padded with zeros, and
+        Each clip is reflect-padded at its own ends before the batch is right-padded with zeros (to
+        the longest clip, or to `pad_to` samples when that is longer: a fixed shape), and
         frame t reads padded samples [256 t, 256 t + 1024): for t < N_i // 256 that lies inside clip
         i's own padded samples, so its frames are the ones `forward` gives the clip alone; frames
         past them are padding (see ragged.py for how the speaker encoder ignores them).
@@ -67,6 +68,9 @@ class LogMelSpectrogram(torch.nn.Module):
             self._check_length(clip.shape[0])
         padded = [_reflect_pad(clip.float().unsqueeze(0))[0] for clip in clips]
         batch = torch.nn.utils.rnn.pad_sequence(padded, batch_first=True)                 # [B, max N + 768]
+        extra = pad_to + (padded[0].shape[0] - clips[0].shape[0]) - batch.shape[1]   # pad_to: a fixed shape
+        if extra > 0:
+            batch = torch.nn.functional.pad(batch, (0, extra))
         return self._log_mel(batch), [clip.shape[0] // HOP_LENGTH for clip in clips]
 
     def _check_length(self, num_samples: int) -> None:
