@@ -90,8 +90,7 @@ def test_warm_up_runs_every_shape_once_and_gives_way_to_requests(monkeypatch):
             answers = voices.take_finished()
             time.sleep(0.05)
         assert answers and answers[0].error is None and answers[0].encoded.prompt.speaker_embedding
-        while voices.worker.warm_up_left and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert voices.wait_until_warm(60.0)   # what the talker waits for before SERVING (Base on CUDA)
         assert voices.worker.warm_up_left == [] and voices.worker.warm_up_s > 0
     finally:
         voices.close()
@@ -108,3 +107,14 @@ def test_warm_up_stops_when_a_request_waits_and_says_how_far_it_got(encoders):
     calls = iter([False, False, True])   # a job is queued after two shapes
     assert encoder.warm_up(shapes, should_pause=lambda: next(calls)) == 2
     assert encoder.warm_up(shapes[2:4]) == 2
+
+
+def test_nothing_to_wait_for_without_a_warm_up():
+    cold = VoiceEncoding(resolve_model_dir("tiny-base"), "base", "tiny-base", 48, warm_up=False)
+    not_base = VoiceEncoding(resolve_model_dir("tiny"), "custom_voice", "tiny", 48, warm_up=True)
+    try:
+        assert cold.wait_until_warm(0.0) and not_base.wait_until_warm(0.0)
+        assert cold.buckets is None
+    finally:
+        cold.close()
+        not_base.close()

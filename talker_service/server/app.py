@@ -69,6 +69,11 @@ def serve(config: TalkerServiceConfig) -> int:
                                max_cached=config.max_cached_voices, max_batch_jobs=config.max_voice_batch,
                                max_batch_audio_s=config.max_voice_batch_audio_s,
                                warm_up=engine.config.is_warm_up(model.device.type))
+        # a Base model serves clones: SERVING once every encoder shape has run (25 s on an H200),
+        # so the first clone requests do not pay 0.4-1 s per new shape; a hung warm-up only warns
+        if not voices.wait_until_warm(config.voice_warm_up_timeout_s):
+            logger.warning("voice encoders not warmed after %.0f s; serving anyway (first clones may be slow)",
+                           config.voice_warm_up_timeout_s)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         stop.attach(server.request_stop)
         from checkpoint.text_tokenizer import load_text_tokenizer

@@ -44,6 +44,7 @@ class TalkerServiceConfig:
     max_voice_encodings: int = 64        # clone references queued or encoding; beyond: RESOURCE_EXHAUSTED
     max_cached_voices: int = 256         # encoded references kept by content hash (0: none)
     max_voice_batch: int = 16            # clone references queued together and encoded as one batch
+    voice_warm_up_timeout_s: float = 120.0  # Base on CUDA: wait this long for the encoders' warm-up before SERVING
     max_voice_batch_audio_s: float = 80.0  # per encoder forward: clips x the longest, s of 24 kHz audio; bounds
                                          # the codec encoder's activations (64 channels per sample at full size:
                                          # estimated < 1 GiB in bf16 at 80 s, not measured), 16 clips of 5 s fit
@@ -75,7 +76,7 @@ class TalkerServiceConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s",
-                     "max_step_stall_s", "max_voice_batch_audio_s"):
+                     "max_step_stall_s", "max_voice_batch_audio_s", "voice_warm_up_timeout_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.debug_step_delay_s < 0:

@@ -152,6 +152,12 @@ class VoiceEncoding:
         self._worker = threading.Thread(target=self.worker.run, name="voice-encoder", daemon=True)
         self._worker.start()
 
+    def wait_until_warm(self, timeout_s: float) -> bool:
+        """Block until the encoders' background warm-up is done (True), or timeout_s passed (False);
+        True at once when there is none (not a Base model, warm-up off)."""
+        worker = getattr(self, "worker", None)
+        return worker is None or worker.warmed.wait(timeout_s)
+
     def close(self) -> None:
         if self._worker is not None:
             self._jobs.put(None)

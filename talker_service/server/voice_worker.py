@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,9 @@ class VoiceWorker:
         self._unanswered: dict[int, VoiceJob] = {}   # id -> job of the batch being encoded, until answered
         self.warm_up_left = list(warm_up_shapes or [])   # (clips, samples) not yet run; requests go first
         self.warm_up_s = 0.0
+        self.warmed = threading.Event()   # set once no shape is left (or the warm-up gave up)
+        if not self.warm_up_left:
+            self.warmed.set()
 
     def run(self) -> None:
         while self.warm_up_left and self.jobs.empty():
@@ -98,11 +102,13 @@ class VoiceWorker:
         except Exception:   # noqa: BLE001 - requests still run (and report what is wrong); only speed is lost
             logger.exception("voice encoder warm-up failed; encoder shapes stay cold")
             self.warm_up_left = []
+            self.warmed.set()
             return
         self.warm_up_left = self.warm_up_left[done:]
         self.warm_up_s += time.perf_counter() - started_s
         if not self.warm_up_left:
             logger.info("voice encoders warmed in %.1f s", self.warm_up_s)
+            self.warmed.set()
 
     def take_batch(self) -> tuple[list[VoiceJob], bool] | None:
         """(jobs, stop after them): blocks for the first job, then takes what is already queued."""

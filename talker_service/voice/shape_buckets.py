@@ -4,9 +4,9 @@ On the H200 the first forward of the speaker or codec encoder at a new (batch, l
 0.4-1 s (cuDNN picks and builds kernels per shape; every later forward of that shape took 3-40 ms):
 a batch of 7 clone requests that met a new shape waited 1.0 s for it, so clone TTFA p95 at 8
 streams was 2.1 s. Rounding a group up to a bucket (clips to a power of two, the longest clip to a
-multiple of `bucket_s`) leaves few shapes, and all of them can be run once in the background after
-start. The extra rows are silent clips and every row is zero-padded to the bucket's length; each
-clip's frames stay its own (the encoders mask each row to its own length, batch_encode.py), so
+multiple of `bucket_s`) leaves few shapes, and all of them are run once at start (on the encoder
+thread; a Base talker waits for it before SERVING, requests that come anyway go first). The
+extra rows are silent clips and every row is zero-padded to the bucket's length; each clip's frames stay its own (the encoders mask each row to its own length, batch_encode.py), so
 this changes no real clip's result beyond the rounding batched kernels already have.
 """
 from __future__ import annotations
