@@ -6,8 +6,8 @@ a batch of 7 clone requests that met a new shape waited 1.0 s for it, so clone T
 streams was 2.1 s. Rounding a group up to a bucket (clips to a power of two, the longest clip to a
 multiple of `bucket_s`) leaves few shapes, and all of them are run once at start (on the encoder
 thread; a Base talker waits for it before SERVING, requests that come anyway go first). The
-extra rows are silent clips and every row is zero-padded to the bucket's length; each clip's frames stay its own (the encoders mask each row to its own length, batch_encode.py), so
-this changes no real clip's result beyond the rounding batched kernels already have.
+extra rows are silent clips and every row is zero-padded to the bucket's length; each clip's
+frames stay its own (the encoders mask each row to its own length, batch_encode.py), so this changes no real clip's result beyond the rounding batched kernels already have.
 """
 from __future__ import annotations
 
