@@ -59,6 +59,8 @@ def parse_args(argv=None):
     # graphs+compile compiles every captured shape (~1 min each on the H200): restrict the sizes.
     p.add_argument("--capture-batch-sizes", default="", help="comma list; empty: powers of two up to max streams")
     p.add_argument("--capture-frame-sizes", default="", help="comma list; empty: the chunk policy's frame buckets")
+    p.add_argument("--cudnn-benchmark-min-row-frames", type=int, default=0,
+                   help="graphs of at least this many rows x frames get cuDNN-timed conv algorithms (0: none)")
     args = p.parse_args(argv)
     if args.smoke:
         args.device = args.device or "cpu"
@@ -90,9 +92,13 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None
         batch_sizes = _int_list(getattr(args, "capture_batch_sizes", "")) or batch_buckets(max_slots)
         frame_sizes = _int_list(getattr(args, "capture_frame_sizes", "")) or policy.frame_buckets()
         body = runner.compiled_step() if mode == "graphs+compile" and is_cuda else None
-        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda, body=body)
+        min_row_frames = getattr(args, "cudnn_benchmark_min_row_frames", 0)
+        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda, body=body,
+                                    cudnn_benchmark_min_row_frames=min_row_frames)
         report = {"num_graphs": len(cap.captured), "skipped": cap.skipped, "graph_memory_bytes": cap.graph_memory_bytes,
-                  "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s}
+                  "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s,
+                  "cudnn_benchmark_min_row_frames": min_row_frames,
+                  "num_cudnn_benchmarked": len(cap.cudnn_benchmarked)}
     # Warm-up: every (batch, frames) bucket once, so kernel compilation is not timed.
     for bs in batch_buckets(max_slots):
         for t in policy.frame_buckets():

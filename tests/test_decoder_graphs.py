@@ -91,3 +91,14 @@ def test_rejected_call_leaves_state_untouched(model):
         runner.graphs.find(2, 2).run(random_codes(2, 3, seed=5).numpy(), np.array([0, 1]), np.array([3, 3]))
     assert all(torch.equal(before[k], runner.decoder.pools[k]) for k in before)
     assert torch.equal(positions, runner.decoder.positions)
+
+
+def test_cudnn_benchmark_only_for_shapes_at_or_above_the_threshold(model):
+    decoder = StreamingDecoder(model, max_slots=4)
+    table = GraphTable(decoder, emulate=True, cudnn_benchmark_min_row_frames=8)
+    report = table.capture([1, 4], [2, 5], BUDGET_BYTES)
+    assert report.cudnn_benchmarked == [(4, 2), (4, 5)]   # 1x2, 1x5 stay on heuristic picks
+    assert table.uses_cudnn_benchmark(2, 4) and not table.uses_cudnn_benchmark(1, 7)
+    off = GraphTable(decoder, emulate=True).capture([1, 4], [2, 5], BUDGET_BYTES)
+    assert off.cudnn_benchmarked == [] and len(off.captured) == 4
+    assert torch.backends.cudnn.benchmark is False   # the process-wide flag is left as it was

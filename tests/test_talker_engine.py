@@ -164,3 +164,22 @@ def test_text_budget_ends_a_runaway_request_and_a_streamed_text_grows_it():
     assert got.final["drip"].finish_reason == FINISH_BUDGET
     assert len(got.codes("drip")) == text_budget_frames(12) > text_budget_frames(1)
     budget_engine.scheduler.check_invariants()
+
+
+def test_admit_names_who_starts_and_leaves_the_codes_as_step_alone_gives(engine):
+    """The server calls admit() before step() to prime clones' vocoders: same outputs, each
+    request named once, when its slot is given (here 2 slots for 3 requests)."""
+    expected = {i: alone(engine, f"s{i}", text_ids(i, 5), 40 + i) for i in range(3)}
+    two = make_engine(max_slots=2)
+    for i in range(3):
+        add(two, i, text_ids(i, 5), 40 + i)
+    got, admitted = Collector(), []
+    for _ in range(200):
+        if not two.has_work():
+            break
+        admitted.append(two.admit())
+        got.take(two.step())
+    assert admitted[0] == [0, 1] and sorted(sum(admitted, [])) == [0, 1, 2]
+    assert 2 in next(a for a in admitted if a and a != [0, 1])   # named when a slot freed, not before
+    for i, codes in expected.items():
+        assert np.array_equal(got.codes(i), codes), f"request {i} differs with admit() before step()"

@@ -163,6 +163,28 @@ def test_one_frames_message_per_vocoder_with_context_first_and_summary_last(part
     assert (later.handles, later.seqs, later.num_frames, later.opens, later.closes) == ([1], [1], [1], [], [])
 
 
+def test_a_clone_admitted_opens_its_vocoder_stream_with_the_context_before_its_first_frame(parts):
+    outbox, _, _, routes, voc = parts
+    routes.get("r2").context_codes = np.full((3, 16), 7, np.int64)   # [K, 16] clone reference codes
+    emitter = Emitter(routes, outbox)
+    emitter.open_primed(["r1", "r2", "gone"])   # r1 has no context, "gone" no route: nothing for them
+    (sent,) = outbox.of_kind("frames")
+    _, endpoint, primed = sent
+    assert endpoint == voc.endpoint and [o.request_id for o in primed.opens] == ["r2"]
+    assert primed.opens[0].num_context_frames == 3 and primed.seqs == [0] and primed.num_frames == [3]
+    assert (primed.codes[0] == 7).all() and primed.closes == []
+    # The frames follow as seq 1, 2, ... with no second open and no context again.
+    emitter.emit([frames("r1", 0, 2), frames("r2", 0, 1)])
+    _, _, first = outbox.of_kind("frames")[1]
+    assert [o.request_id for o in first.opens] == ["r1"] and first.opens[0].num_context_frames == 0
+    assert first.handles == [2, 1] and first.seqs == [0, 1] and first.num_frames == [2, 1]
+    emitter.emit([frames("r2", 1, 1, is_final=True)])
+    _, _, last = outbox.of_kind("frames")[2]
+    assert last.seqs == [2] and [c.handle for c in last.closes] == [1] and "r2" not in routes
+    emitter.open_primed(["r2"])   # already ended: nothing more is sent
+    assert len(outbox.of_kind("frames")) == 3
+
+
 def test_stream_handles_count_up_per_link_and_wrap_past_zero():
     a, b = link("voc-a"), link("voc-b")
     assert [a.new_stream_handle() for _ in range(3)] == [1, 2, 3] and b.new_stream_handle() == 1

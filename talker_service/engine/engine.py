@@ -126,11 +126,22 @@ class TalkerEngine:
 
     # ---- the step ---------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self) -> list[Output]:
-        start_s = self.clock()
+    def admit(self) -> list[Hashable]:
+        """Give free slots to ready queued requests and start their prefills; their ids.
+
+        `step()` does this first by itself. A server calls it before the step to learn who starts
+        now: a voice clone's vocoder stream can then be opened (and primed with the reference
+        codes) while this step's prefill runs, instead of after the first frame.
+        """
         prefills = self.scheduler.take_prefills()
         if prefills:
             self._start_prefills(prefills)
+        return [r.request_id for r in prefills]
+
+    @torch.no_grad()
+    def step(self) -> list[Output]:
+        start_s = self.clock()
+        self.admit()
         if self._prefilling:
             self._prefill_chunks()
         runnable = self.scheduler.take_runnable(skip=self._prefilling)

@@ -41,21 +41,52 @@ class Emitter:
         for link, batch in batches.values():
             self.send(link, batch)
 
+    def open_primed(self, request_ids: list) -> None:
+        """Open the vocoder streams of just-admitted voice clones with their reference codes now.
+
+        The vocoder decodes a clone's reference codes into its state before the first audio chunk
+        (several decode rounds for a 5 s clip). Sent when the request gets its talker slot, that
+        priming runs while the talker prefills, not after the first frame. The stream's frames
+        then carry seq 1, 2, ... (seq 0 was the context).
+        """
+        batches: dict[int, tuple[VocoderLink, FramesBatch]] = {}
+        for rid in request_ids:
+            route = self.routes.get(rid)
+            if route is None or route.context_codes is None or route.vocoder is None or route.vocoder_handle:
+                continue
+            link = route.vocoder
+            batch = batches.setdefault(id(link), (link, FramesBatch()))[1]
+            self.open_stream(batch, link, route, route.context_codes.shape[0])
+            batch.handles.append(route.vocoder_handle)
+            batch.seqs.append(0)
+            batch.num_frames.append(route.context_codes.shape[0])
+            batch.codes.append(route.context_codes)
+            batch.routes.append(route)
+            route.frames_seq_offset = 1
+        for link, batch in batches.values():
+            self.send(link, batch)
+
+    @staticmethod
+    def open_stream(batch: FramesBatch, link: VocoderLink, route: Route, num_context_frames: int) -> None:
+        """A handle names the stream in the arrays from now on; its first entry starts with the
+        decoder's left context (a clone's reference codes, never emitted as audio)."""
+        route.vocoder_handle = link.new_stream_handle()
+        batch.opens.append(vocoder_pb2.FramesOpen(handle=route.vocoder_handle, request_id=route.request_id,
+                                                  reply_to=route.reply_to, num_context_frames=num_context_frames))
+
     def add_frames(self, batch: FramesBatch, link: VocoderLink, route: Route, out: FramesOut) -> None:
         rows = out.codes
-        if out.seq == 0:   # the stream opens: a handle names it in the arrays from now on
-            route.vocoder_handle = link.new_stream_handle()
-            opened = vocoder_pb2.FramesOpen(handle=route.vocoder_handle, request_id=out.request_id,
-                                            reply_to=route.reply_to)
-            if route.context_codes is not None:   # the decoder's left context, not emitted as audio
-                opened.num_context_frames = route.context_codes.shape[0]
+        if not route.vocoder_handle:   # not opened yet (no context, or not opened at admission)
+            if route.context_codes is not None:
+                self.open_stream(batch, link, route, route.context_codes.shape[0])
                 rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
-            batch.opens.append(opened)
+            else:
+                self.open_stream(batch, link, route, 0)
         if out.is_final:
             batch.closes.append(vocoder_pb2.FramesClose(handle=route.vocoder_handle, summary=summary_of(out)))
             self.routes.forget(route)
         batch.handles.append(route.vocoder_handle)
-        batch.seqs.append(out.seq)
+        batch.seqs.append(out.seq + route.frames_seq_offset)
         batch.num_frames.append(rows.shape[0])
         batch.codes.append(rows)
         batch.routes.append(route)

@@ -137,6 +137,8 @@ class TalkerServer:
             self.housekeeping.run(time.monotonic())   # right after receive: peers judged on all they sent
             self.run_admin_jobs()
             can_step = self.engine.has_runnable()
+            if can_step:   # clones that start now get their vocoder primed during this step
+                self.emitter.open_primed(self.engine.admit())
         if can_step:
             outs = self.engine.step()   # the lock is free: heartbeats leave while this runs
             if self.config.debug_step_delay_s > 0:

@@ -35,7 +35,8 @@ class Route:
     is_ended: bool = False                   # End received
     sink: queue.Queue | None = None          # admin GenerateCodes: engine outputs go here
     seed: int = 0
-    vocoder_handle: int = 0                  # the stream's number on its vocoder link, from its first frames
+    vocoder_handle: int = 0                  # the stream's number on its vocoder link (0: not opened yet)
+    frames_seq_offset: int = 0               # 1 once the context went ahead as seq 0 (Emitter.open_primed)
 
 
 class RouteTable:

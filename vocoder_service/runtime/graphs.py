@@ -45,7 +45,7 @@ class CapturedStep:
     """One captured step: static device inputs, the graph, and its static output."""
 
     def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None,
-                 body: StepBody | None = None) -> None:
+                 body: StepBody | None = None, cudnn_benchmark: bool = False) -> None:
         device = decoder.device
         self.decoder = decoder
         # The step body: decoder.step_unchecked, or a torch.compile of it (same signature).
@@ -67,17 +67,23 @@ class CapturedStep:
         if not is_cuda:
             return  # emulation: run() calls the body eagerly on the padded buffers
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
-        # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture.
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(NUM_WARMUP_RUNS):
-                self.body(self.codes, self.slots, self.lengths).float()
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-            # The float32 cast is captured too: no extra launch or allocation per step.
-            self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
+        # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture; with `cudnn_benchmark`
+        # cuDNN times its candidates for this shape's convs there, and the graph keeps the winners.
+        was_benchmark = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(NUM_WARMUP_RUNS):
+                    self.body(self.codes, self.slots, self.lengths).float()
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                # The float32 cast is captured too: no extra launch or allocation per step.
+                self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
+        finally:
+            torch.backends.cudnn.benchmark = was_benchmark
         self.done = torch.cuda.Event()
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
@@ -142,6 +148,7 @@ def _host_buffer(shape, pinned: bool) -> torch.Tensor:
 class CaptureReport:
     captured: list[tuple[int, int]] = field(default_factory=list)       # (batch, frames)
     skipped: list[tuple[int, int]] = field(default_factory=list)        # left out by the budget
+    cudnn_benchmarked: list[tuple[int, int]] = field(default_factory=list)   # captured with timed conv picks
     graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
     allocated_bytes: int = 0         # growth of allocated memory (static inputs and outputs)
     capture_s: float = 0.0
@@ -150,9 +157,11 @@ class CaptureReport:
 class GraphTable:
     """Captured steps by shape, and the smallest covering shape for a request."""
 
-    def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body: StepBody | None = None) -> None:
+    def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body: StepBody | None = None,
+                 cudnn_benchmark_min_row_frames: int = 0) -> None:
         self.is_cuda = decoder.device.type == "cuda"
         self.body = body
+        self.cudnn_benchmark_min_row_frames = cudnn_benchmark_min_row_frames
         if not self.is_cuda and not emulate:
             raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
         self.decoder = decoder
@@ -180,8 +189,11 @@ class GraphTable:
                     budget_bytes / 2**20, len(report.captured), len(report.skipped), report.skipped,
                 )
                 break
-            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body)
+            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body,
+                                             cudnn_benchmark=self.uses_cudnn_benchmark(*shape))
             report.captured.append(shape)
+            if self.uses_cudnn_benchmark(*shape):
+                report.cudnn_benchmarked.append(shape)
         self._lookup.clear()
         report.graph_memory_bytes = memory.reserved_growth()
         report.allocated_bytes = memory.allocated_growth()
@@ -191,6 +203,10 @@ class GraphTable:
             len(report.captured), report.capture_s, report.graph_memory_bytes / 2**20, report.allocated_bytes / 2**20,
         )
         return report
+
+    def uses_cudnn_benchmark(self, batch_size: int, num_frames: int) -> bool:
+        threshold = self.cudnn_benchmark_min_row_frames
+        return threshold > 0 and batch_size * num_frames >= threshold
 
     def find(self, batch_size: int, num_frames: int) -> CapturedStep | None:
         """The captured shape covering (batch_size, num_frames) with the least padded work."""

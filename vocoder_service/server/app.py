@@ -36,7 +36,7 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     if config.use_graphs:
         body = runner.compiled_step() if config.compile_step else None
         runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(), graph_budget_bytes(config),
-                              body=body)
+                              body=body, cudnn_benchmark_min_row_frames=config.cudnn_benchmark_min_row_frames)
     return runner
 
 
