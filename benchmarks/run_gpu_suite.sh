@@ -119,9 +119,15 @@ for w in $which; do
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
     talker)  python3 benchmarks/bench_talker.py --out "$OUT/talker.json" 2>&1 | tee "$OUT/talker.log" ;;
     vocoder-service)
-      python3 benchmarks/bench_vocoder_service.py --modes "${VOCODER_MODES:-eager,graphs,graphs+compile}" \
-        --streams 1,4,16,64,128 \
-        --out "$OUT/vocoder-service.json" 2>&1 | tee "$OUT/vocoder-service.log" ;;
+      # VOCODER_CUDNN_MIN_ROW_FRAMES: one run per value (0: heuristic conv picks; n: graphs of at
+      # least n rows x frames get cuDNN-timed picks), each into its own file
+      for cudnn in ${VOCODER_CUDNN_MIN_ROW_FRAMES:-0}; do
+        suffix=$([ "${VOCODER_CUDNN_MIN_ROW_FRAMES:-0}" = 0 ] && echo "" || echo "-cudnn$cudnn")
+        python3 benchmarks/bench_vocoder_service.py --modes "${VOCODER_MODES:-eager,graphs,graphs+compile}" \
+          --streams "${VOCODER_STREAMS:-1,4,16,64,128}" --rates-fps "${VOCODER_RATES:-25,0}" \
+          --cudnn-benchmark-min-row-frames "$cudnn" \
+          --out "$OUT/vocoder-service$suffix.json" 2>&1 | tee "$OUT/vocoder-service$suffix.log"
+      done ;;
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
         | tee "$OUT/talker-service.log" ;;
