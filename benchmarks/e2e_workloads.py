@@ -5,6 +5,7 @@
 | custom-voice    | CustomVoice  | a named speaker                                              |
 | voice-design    | VoiceDesign  | a voice described in words                                   |
 | registered      | Base         | a voice id registered once (in-context) before the level     |
+| registered-xvector | Base      | a voice id registered once (speaker embedding only)          |
 | clone-xvector   | Base         | the reference clip itself, speaker embedding only            |
 | clone-icl       | Base         | the reference clip and its transcript (in-context cloning)   |
 
@@ -25,9 +26,9 @@ import soundfile
 from client import TtsClient, make_config
 from protos.tts.v1 import config_pb2
 
-WORKLOADS = ("custom-voice", "voice-design", "registered", "clone-xvector", "clone-icl")
+WORKLOADS = ("custom-voice", "voice-design", "registered", "registered-xvector", "clone-xvector", "clone-icl")
 MODEL_TYPES = {"custom-voice": "custom_voice", "voice-design": "voice_design", "registered": "base",
-               "clone-xvector": "base", "clone-icl": "base"}
+               "registered-xvector": "base", "clone-xvector": "base", "clone-icl": "base"}
 REFERENCE_TEXT = "This is the voice you should sound like, read at an easy pace."
 DESIGN = "A calm, warm female voice, speaking slowly and clearly."
 REFERENCE_S = 5.0
@@ -63,8 +64,10 @@ async def prepare(client: TtsClient, workload: str, work_dir: Path, speaker: str
     if workload == "voice-design":
         return lambda seed, frames: _common(seed, frames, voice=f"design:{DESIGN}")
     clip = synthetic_reference(work_dir / "reference.wav")
-    if workload == "registered":
-        await client.register_voice(REGISTERED_ID, clip, REFERENCE_TEXT, overwrite=True)
+    if workload in ("registered", "registered-xvector"):
+        # no transcript: the voice is its speaker embedding alone, a prompt as long as CustomVoice's
+        transcript = REFERENCE_TEXT if workload == "registered" else ""
+        await client.register_voice(REGISTERED_ID, clip, transcript, overwrite=True)
         return lambda seed, frames: _common(seed, frames, voice=f"id:{REGISTERED_ID}")
     text = REFERENCE_TEXT if workload == "clone-icl" else ""
 

@@ -37,14 +37,15 @@ def test_every_workload_names_its_voice_and_a_fixed_length(tmp_path):
         client, first, second = configs(workload, work)
         assert first.sampling.max_frames == first.sampling.min_frames == 40 and first.sampling.seed == 7
         kinds[workload] = first.WhichOneof("voice")
-        if workload == "registered":
-            assert first.registered_voice_id == REGISTERED_ID and client.registered[0][2] == REFERENCE_TEXT
+        if workload.startswith("registered"):   # in-context with the transcript, x-vector without
+            transcript = REFERENCE_TEXT if workload == "registered" else ""
+            assert first.registered_voice_id == REGISTERED_ID and client.registered[0][2] == transcript
         if workload.startswith("clone"):
             assert first.clone.reference_audio.data == second.clone.reference_audio.data   # one clip
             assert first.clone.x_vector_only == (workload == "clone-xvector")
             assert first.clone.reference_text == ("" if workload == "clone-xvector" else REFERENCE_TEXT)
     assert kinds == {"custom-voice": "speaker", "voice-design": "design", "registered": "registered_voice_id",
-                     "clone-xvector": "clone", "clone-icl": "clone"}
+                     "registered-xvector": "registered_voice_id", "clone-xvector": "clone", "clone-icl": "clone"}
 
 
 def test_the_reference_clip_is_fixed_and_distinct_clips_differ(tmp_path):
