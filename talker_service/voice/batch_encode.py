@@ -116,8 +116,8 @@ class ReferenceEncoder:
 
         def codes(rows: list[int]) -> list[torch.Tensor]:
             nonlocal lap_s
-            out = self.codec_encoder.encode_batch(*self._bucketed([on_device[i] for i in rows]),
-                                                  stage_ms=times.codec_stages_ms)   # CPU codes
+            timing = {} if times.codec_stages_ms is None else {"stage_ms": times.codec_stages_ms}
+            out = self.codec_encoder.encode_batch(*self._bucketed([on_device[i] for i in rows]), **timing)   # CPU codes
             elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
             times.codec_ms += elapsed_ms
             return out[:len(rows)]
