@@ -17,6 +17,7 @@ import torch
 from talker_service.engine.graphs import GraphStats
 from talker_service.engine.prefill_graphs import CapturedPrefill, PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import FRESH, KINDS, PrefillShapes
+from talker_service.host_copy import to_host
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Prefiller:
                 outputs.append(codes)
         if not outputs:
             return np.zeros((0, 16), dtype=np.int64)
-        by_index = dict(zip(order, torch.cat(outputs).cpu().numpy()))    # one host sync for both forwards
+        by_index = dict(zip(order, to_host(torch.cat(outputs))))    # one host sync for both forwards
         return np.stack([by_index[i] for i, c in enumerate(chunks) if c.is_last])
 
     def _forward(self, kind: str, chunks: list[PrefillChunk]) -> torch.Tensor | None:

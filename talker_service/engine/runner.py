@@ -26,6 +26,7 @@ from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import PrefillShapes
 from talker_service.engine.prefiller import PrefillChunk, Prefiller
 from talker_service.engine.warmup import warm_up
+from talker_service.host_copy import to_host
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -149,7 +150,7 @@ class ModelRunner:
             self.graph_stats.num_eager_steps += 1
         self.graph_stats.shape_histogram[bs] += 1
         self.graph_stats.num_padding_rows += bs - n
-        return codes.cpu().numpy()
+        return to_host(codes)
 
     def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
         """The same step without a graph: padded to bs rows on the scratch slot."""

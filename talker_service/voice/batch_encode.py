@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from talker_service.host_copy import to_host
 from talker_service.voice.codec_encoder import CodecEncoder
 from talker_service.voice.mel import LogMelSpectrogram
 from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio
@@ -135,7 +136,7 @@ class ReferenceEncoder:
         mel, num_frames = self.mel.forward_clips(clips, pad_to)                           # [B, 128, frames] float32
         elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
         times.mel_ms += elapsed_ms
-        x_vector = self.speaker_encoder(mel.to(self.dtype), num_frames).float().cpu()   # [B, enc_dim]
+        x_vector = torch.from_numpy(to_host(self.speaker_encoder(mel.to(self.dtype), num_frames).float()))  # [B, enc_dim]
         elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
         times.speaker_ms += elapsed_ms
         return x_vector

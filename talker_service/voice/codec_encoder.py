@@ -32,6 +32,7 @@ from checkpoint import layout
 from checkpoint.errors import CheckpointError
 from checkpoint.model_files import ModelCheckpoint, open_checkpoint
 from checkpoint.state import load_state, read_tensors
+from talker_service.host_copy import to_host
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class CodecEncoder(nn.Module):
             hidden = self.downsample(_as_if_alone(self.downsample, hidden, lengths))           # [B, D, T12]
         codes = self.quantizer.encode(hidden, self.num_quantizers)                             # [16, B, T12]
         lap("quantizer")
-        codes = codes.transpose(0, 1).to("cpu", torch.int64)                                   # [B, 16, T12]
+        codes = torch.from_numpy(to_host(codes.transpose(0, 1).to(torch.int64)))               # [B, 16, T12] on CPU
         lap("to_host")
         return [codes[i, :, :math.ceil(n / self.samples_per_frame)].transpose(0, 1).contiguous()
                 for i, n in enumerate(num_samples)]

@@ -1,0 +1,32 @@
+"""Device tensor -> host array without stalling the process's other threads.
+
+`tensor.cpu()` of a CUDA tensor copies into pageable memory, and that copy waits for every kernel
+queued before it on the stream; while it waits, kernel launches from the process's other threads
+wait too. On the H200 a thread launching 400 small kernels took 30 ms on an idle GPU and 2.9 s
+beside a thread that replayed a 5 ms CUDA graph and read its output with `.cpu()`; 45 ms when
+that thread waited on an event instead (benchmarks/probe_stream_starvation.py). In the talker
+the decode loop is that thread and the voice encoder thread the victim: clone references waited
+for the running streams to end (0.8-1 s) before their encoding could finish.
+
+So the loop and the encoders read results back the way the vocoder does: an asynchronous copy
+into pinned memory, then an event wait, which holds nothing the other threads need.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def to_host(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's values as a host array the caller owns (CPU tensors: a view of their data).
+    Dtypes numpy has only (cast bfloat16 first)."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cuda":
+        return tensor.numpy()
+    # a block of torch's caching host allocator: pinned, reused once this array is gone
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(tensor.device))
+    done.synchronize()
+    return host.numpy()

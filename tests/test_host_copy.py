@@ -1,0 +1,28 @@
+"""talker_service.host_copy.to_host: values, dtype and shape as `.cpu()` gives them.
+
+The point of it (other threads' launches keep going while it waits) only shows on a GPU:
+benchmarks/probe_stream_starvation.py measures it there. On CPU it must simply be the values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from talker_service.host_copy import to_host
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.int16])
+def test_the_values_come_back_as_cpu_gives_them(dtype):
+    tensor = (torch.arange(48).reshape(3, 16) * 3).to(dtype)
+    got = to_host(tensor.t())   # non-contiguous views too
+    want = tensor.t().cpu()
+    assert got.shape == tuple(want.shape)
+    assert got.dtype == want.numpy().dtype and np.array_equal(got, want.numpy())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the pinned path needs CUDA")
+def test_a_cuda_tensor_comes_back_in_fresh_host_memory():
+    tensor = torch.arange(64, device="cuda").reshape(4, 16)
+    first, second = to_host(tensor), to_host(tensor + 1)
+    assert np.array_equal(first, np.arange(64).reshape(4, 16)) and np.array_equal(second, first + 1)
