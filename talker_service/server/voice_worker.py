@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -173,7 +172,7 @@ class VoiceWorker:
             logger.info("voice batch codec stages: %s", ", ".join(f"{k} {v:.1f} ms" for k, v in times.codec_stages_ms.items()))
 
     def _on_encoder_stream(self, encoder: ReferenceEncoder) -> contextlib.AbstractContextManager:
-        if encoder.device.type != "cuda" or os.environ.get("QWEN3_TTS_VOICE_STREAM") == "default":
+        if encoder.device.type != "cuda":
             return contextlib.nullcontext()
         if self._stream is None:
             self._stream = torch.cuda.Stream(encoder.device)
