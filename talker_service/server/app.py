@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 
 import torch
 
@@ -52,8 +51,6 @@ def load_engine(config: TalkerServiceConfig) -> tuple[TalkerEngine, dict]:
 
 
 def serve(config: TalkerServiceConfig) -> int:
-    if config.gil_switch_interval_ms > 0:
-        sys.setswitchinterval(config.gil_switch_interval_ms / 1e3)
     stop = StopSignal()
     jobs = AdminJobs()
     servicer = TalkerAdminServicer(jobs, config.admin_timeout_s)

@@ -58,10 +58,6 @@ class TalkerServiceConfig:
     max_step_stall_s: float = 60.0       # a loop stuck this long (one step, a deadlock) stops heartbeating,
                                          # so peers fail its streams as for a dead talker
     debug_step_delay_s: float = 0.0      # test hook: sleep this long after each engine step (a slow CPU)
-    # Python's GIL switch interval in this process (0: Python's 5 ms). The voice encoder thread
-    # launches each kernel from Python; beside a busy loop thread it can wait this long for the
-    # GIL after every kernel launch.
-    gil_switch_interval_ms: float = 0.0
     vocoder_timeout_s: float = 3.0       # a vocoder silent this long is lost: its requests fail UNAVAILABLE
     gateway_timeout_s: float = 10.0      # a gateway silent this long is gone: its requests are aborted
     # --- transport and loop
@@ -83,9 +79,8 @@ class TalkerServiceConfig:
                      "max_step_stall_s", "max_voice_batch_audio_s", "voice_warm_up_timeout_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("debug_step_delay_s", "gil_switch_interval_ms"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.debug_step_delay_s < 0:
+            problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
         for name in ("max_slots", "max_queued", "max_cached_voices"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")
