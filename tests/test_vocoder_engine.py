@@ -73,6 +73,28 @@ def test_chunk_policy_ramp_and_buckets():
         ChunkPolicy(first_chunk_frames=30, steady_chunk_frames=25)
 
 
+def test_quick_first_chunk_only_while_few_streams_are_open():
+    p = ChunkPolicy(first_chunk_frames=2, steady_chunk_frames=25, quick_first_chunk_frames=1, quick_first_max_streams=2)
+    assert [p.chunk_frames(0, n) for n in (1, 2, 3, 64)] == [1, 1, 2, 2]
+    assert p.chunk_frames(1, 1) == 4 and p.chunk_frames(0) == 2   # later chunks keep the ramp
+    assert ChunkPolicy(2, 25, quick_first_max_streams=0).chunk_frames(0, 1) == 2   # 0: never
+    with pytest.raises(ValueError, match="quick_first_chunk_frames"):
+        ChunkPolicy(2, 25, quick_first_chunk_frames=3)
+    # through the engine: a lone stream's audio starts at its first frame, a crowd's at its second
+    eng, _ = make_engine(max_slots=8, chunk=p)
+    eng.open("alone")
+    eng.add_frames("alone", 0, np.ones((1, 16), np.int64))
+    [first] = eng.step()
+    assert first.num_frames == 1
+    for rid in ("a", "b", "c"):
+        eng.open(rid)
+        eng.add_frames(rid, 0, np.ones((1, 16), np.int64))
+    assert eng.step() == []   # 4 streams open: each waits for its second frame
+    for rid in ("a", "b", "c"):
+        eng.add_frames(rid, 1, np.ones((1, 16), np.int64))
+    assert sorted(o.num_frames for o in eng.step()) == [2, 2, 2]
+
+
 def test_plan_batches_every_row_once_and_merging_pays():
     p = ChunkPolicy(2, 25)
     rows = [ReadyRow(f"r{i}", i, n, True, False) for i, n in enumerate([1, 2, 2, 25, 25, 16, 3])]
@@ -136,7 +158,7 @@ def test_context_frames_prime_but_are_not_emitted():
 
 
 def test_first_chunk_small_then_ramps():
-    eng, _ = make_engine()
+    eng, _ = make_engine(chunk=ChunkPolicy(quick_first_max_streams=0))   # the plain ramp (quick chunk: above)
     eng.open("a")
     eng.add_frames("a", 0, np.ones((2, 16), np.int64))
     [o] = eng.step()
@@ -146,7 +168,7 @@ def test_first_chunk_small_then_ramps():
 
 
 def test_slow_talker_timeout_flushes_partial_chunk():
-    eng, clock = make_engine()
+    eng, clock = make_engine(chunk=ChunkPolicy(quick_first_max_streams=0))
     eng.open("a")
     eng.add_frames("a", 0, np.ones((1, 16), np.int64))
     assert eng.step() == []

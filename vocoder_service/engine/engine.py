@@ -155,7 +155,7 @@ class VocoderEngine:
                 if stream.ended:  # a final marker with no frames left: close with an empty chunk
                     rows.append(ReadyRow(stream.request_id, stream.slot, 0, True, True))
                 continue
-            target = self.config.chunk.chunk_frames(stream.num_chunks_emitted)
+            target = self.config.chunk.chunk_frames(stream.num_chunks_emitted, len(self.streams))
             oldest = now if stream.oldest_pending_s is None else stream.oldest_pending_s
             waited_ms = (now - oldest) * 1e3
             if stream.num_pending >= target or stream.ended or waited_ms >= self.config.chunk.max_wait_ms:

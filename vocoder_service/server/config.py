@@ -38,6 +38,8 @@ class VocoderServiceConfig:
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.3 when the talker shares the GPU)
     first_chunk_frames: int = 2
+    quick_first_chunk_frames: int = 1    # a stream's first chunk while at most quick_first_max_streams are open
+    quick_first_max_streams: int = 2     # (light load: audio starts one talker step sooner); 0: never
     steady_chunk_frames: int = 25
     max_wait_ms: float = 200.0
     launch_cost_row_frames: float = 64.0
@@ -112,7 +114,8 @@ class VocoderServiceConfig:
         return MAX_AUTO_SLOTS if self.device.startswith("cuda") else CPU_DEFAULT_SLOTS
 
     def chunk_policy(self) -> ChunkPolicy:
-        return ChunkPolicy(self.first_chunk_frames, self.steady_chunk_frames, self.max_wait_ms)
+        return ChunkPolicy(self.first_chunk_frames, self.steady_chunk_frames, self.max_wait_ms,
+                           self.quick_first_chunk_frames, self.quick_first_max_streams)
 
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
