@@ -12,7 +12,7 @@ import torch
 
 from test_decoder_fixtures import random_codes, single_thread, tiny_code2wav  # noqa: F401 (single_thread: autouse fixture)
 from vocoder_service.codec import StreamingDecoder
-from vocoder_service.runtime.graphs import ConvAlgorithms, GraphTable
+from vocoder_service.runtime.graphs import GraphTable
 from vocoder_service.runtime.runner import DecoderRunner
 
 SPF = 1920
@@ -95,14 +95,10 @@ def test_rejected_call_leaves_state_untouched(model):
 
 def test_cudnn_benchmark_only_for_shapes_at_or_above_the_threshold(model):
     decoder = StreamingDecoder(model, max_slots=4)
-    table = GraphTable(decoder, emulate=True, conv=ConvAlgorithms(benchmark_min_row_frames=8, no_cudnn_max_row_frames=2))
+    table = GraphTable(decoder, emulate=True, cudnn_benchmark_min_row_frames=8)
     report = table.capture([1, 4], [2, 5], BUDGET_BYTES)
-    assert report.cudnn_benchmarked == [(4, 2), (4, 5)]   # 1x5 stays on heuristic picks
-    assert report.without_cudnn == [(1, 2)]               # the tiny first chunk skips cuDNN
-    assert table.conv.uses_benchmark(2, 4) and not table.conv.uses_benchmark(1, 7)
+    assert report.cudnn_benchmarked == [(4, 2), (4, 5)]   # 1x2, 1x5 stay on heuristic picks
+    assert table.uses_cudnn_benchmark(2, 4) and not table.uses_cudnn_benchmark(1, 7)
     off = GraphTable(decoder, emulate=True).capture([1, 4], [2, 5], BUDGET_BYTES)
-    assert off.cudnn_benchmarked == off.without_cudnn == [] and len(off.captured) == 4
-    # the process-wide flags are left as they were
-    assert torch.backends.cudnn.benchmark is False and torch.backends.cudnn.enabled is True
-    with pytest.raises(ValueError, match="thresholds"):
-        ConvAlgorithms(no_cudnn_max_row_frames=-1)
+    assert off.cudnn_benchmarked == [] and len(off.captured) == 4
+    assert torch.backends.cudnn.benchmark is False   # the process-wide flag is left as it was

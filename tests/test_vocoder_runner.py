@@ -144,7 +144,7 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
     made: list[tuple[int, int]] = []
 
     class FakeStep:
-        def __init__(self, decoder, batch_size, num_frames, pool=None, body=None, **conv_flags):
+        def __init__(self, decoder, batch_size, num_frames, pool=None, body=None, cudnn_benchmark=False):
             self.batch_size, self.num_frames = batch_size, num_frames
             made.append((batch_size, num_frames))
 

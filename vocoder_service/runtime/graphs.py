@@ -45,7 +45,7 @@ class CapturedStep:
     """One captured step: static device inputs, the graph, and its static output."""
 
     def __init__(self, decoder: StreamingDecoder, batch_size: int, num_frames: int, pool=None,
-                 body: StepBody | None = None, cudnn_benchmark: bool = False, cudnn_enabled: bool = True) -> None:
+                 body: StepBody | None = None, cudnn_benchmark: bool = False) -> None:
         device = decoder.device
         self.decoder = decoder
         # The step body: decoder.step_unchecked, or a torch.compile of it (same signature).
@@ -68,10 +68,9 @@ class CapturedStep:
             return  # emulation: run() calls the body eagerly on the padded buffers
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
         # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture; with `cudnn_benchmark`
-        # cuDNN times its candidates for this shape's convs there, and the graph keeps the winners;
-        # without `cudnn_enabled` the convs are ATen's own (im2col + GEMM), captured as such.
-        was_benchmark, was_enabled = torch.backends.cudnn.benchmark, torch.backends.cudnn.enabled
-        torch.backends.cudnn.benchmark, torch.backends.cudnn.enabled = cudnn_benchmark, cudnn_enabled
+        # cuDNN times its candidates for this shape's convs there, and the graph keeps the winners.
+        was_benchmark = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = cudnn_benchmark
         try:
             side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
@@ -84,7 +83,7 @@ class CapturedStep:
                 # The float32 cast is captured too: no extra launch or allocation per step.
                 self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
         finally:
-            torch.backends.cudnn.benchmark, torch.backends.cudnn.enabled = was_benchmark, was_enabled
+            torch.backends.cudnn.benchmark = was_benchmark
         self.done = torch.cuda.Event()
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
@@ -150,31 +149,6 @@ class CaptureReport:
     captured: list[tuple[int, int]] = field(default_factory=list)       # (batch, frames)
     skipped: list[tuple[int, int]] = field(default_factory=list)        # left out by the budget
     cudnn_benchmarked: list[tuple[int, int]] = field(default_factory=list)   # captured with timed conv picks
-    without_cudnn: list[tuple[int, int]] = field(default_factory=list)       # captured with ATen's own convs
-
-
-@dataclass(frozen=True)
-class ConvAlgorithms:
-    """How each captured shape's convs are chosen, by its size in rows x frames.
-
-    cuDNN's heuristic picks by default. `benchmark_min_row_frames` > 0: shapes at least that big let
-    cuDNN time its candidates (slower capture). `no_cudnn_max_row_frames` > 0: shapes at most that
-    big skip cuDNN: at a batch-1, 2-frame first chunk its bf16 kernels run channels-last, so every
-    conv paid a layout conversion each way (about a quarter of that step's GPU time on the H200).
-    """
-    benchmark_min_row_frames: int = 0
-    no_cudnn_max_row_frames: int = 0
-
-    def __post_init__(self) -> None:
-        if self.benchmark_min_row_frames < 0 or self.no_cudnn_max_row_frames < 0:
-            raise ValueError(f"conv algorithm thresholds must be >= 0 (0: off), got {self}")
-
-    def uses_cudnn(self, batch_size: int, num_frames: int) -> bool:
-        return not (self.no_cudnn_max_row_frames and batch_size * num_frames <= self.no_cudnn_max_row_frames)
-
-    def uses_benchmark(self, batch_size: int, num_frames: int) -> bool:
-        return (self.uses_cudnn(batch_size, num_frames) and self.benchmark_min_row_frames > 0
-                and batch_size * num_frames >= self.benchmark_min_row_frames)
     graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
     allocated_bytes: int = 0         # growth of allocated memory (static inputs and outputs)
     capture_s: float = 0.0
@@ -184,10 +158,10 @@ class GraphTable:
     """Captured steps by shape, and the smallest covering shape for a request."""
 
     def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body: StepBody | None = None,
-                 conv: ConvAlgorithms = ConvAlgorithms()) -> None:
+                 cudnn_benchmark_min_row_frames: int = 0) -> None:
         self.is_cuda = decoder.device.type == "cuda"
         self.body = body
-        self.conv = conv
+        self.cudnn_benchmark_min_row_frames = cudnn_benchmark_min_row_frames
         if not self.is_cuda and not emulate:
             raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
         self.decoder = decoder
@@ -215,14 +189,11 @@ class GraphTable:
                     budget_bytes / 2**20, len(report.captured), len(report.skipped), report.skipped,
                 )
                 break
-            benchmark, enabled = self.conv.uses_benchmark(*shape), self.conv.uses_cudnn(*shape)
             self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body,
-                                             cudnn_benchmark=benchmark, cudnn_enabled=enabled)
+                                             cudnn_benchmark=self.uses_cudnn_benchmark(*shape))
             report.captured.append(shape)
-            if benchmark:
+            if self.uses_cudnn_benchmark(*shape):
                 report.cudnn_benchmarked.append(shape)
-            if not enabled:
-                report.without_cudnn.append(shape)
         self._lookup.clear()
         report.graph_memory_bytes = memory.reserved_growth()
         report.allocated_bytes = memory.allocated_growth()
@@ -232,6 +203,10 @@ class GraphTable:
             len(report.captured), report.capture_s, report.graph_memory_bytes / 2**20, report.allocated_bytes / 2**20,
         )
         return report
+
+    def uses_cudnn_benchmark(self, batch_size: int, num_frames: int) -> bool:
+        threshold = self.cudnn_benchmark_min_row_frames
+        return threshold > 0 and batch_size * num_frames >= threshold
 
     def find(self, batch_size: int, num_frames: int) -> CapturedStep | None:
         """The captured shape covering (batch_size, num_frames) with the least padded work."""

@@ -17,7 +17,7 @@ import torch
 
 from vocoder_service.codec import Code2Wav, StreamingDecoder
 from vocoder_service.codec.validation import check_step
-from vocoder_service.runtime.graphs import CaptureReport, ConvAlgorithms, GraphTable, StepBody
+from vocoder_service.runtime.graphs import CaptureReport, GraphTable, StepBody
 from vocoder_service.runtime.stats import RunnerStats
 
 logger = logging.getLogger(__name__)
@@ -72,19 +72,20 @@ class DecoderRunner:
 
     def capture_graphs(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int,
                        emulate: bool = False, body: StepBody | None = None,
-                       conv: ConvAlgorithms = ConvAlgorithms()) -> CaptureReport:
+                       cudnn_benchmark_min_row_frames: int = 0) -> CaptureReport:
         """Capture the step for every (batch, frames) shape within the memory budget (CUDA only).
 
         `emulate` (CPU tests): build the same padded static-shape table without graphs.
         `body`: what each graph runs instead of `decoder.step_unchecked` (same signature):
         `compiled_step()`, or a benchmark's stub that isolates the host cost.
-        `conv`: how each shape's conv algorithms are chosen (cuDNN heuristics, timed, or ATen's own).
+        `cudnn_benchmark_min_row_frames`: shapes of at least this many rows x frames are captured
+        with conv algorithms timed by cuDNN (cudnn.benchmark); 0: heuristic picks for every shape.
         """
         if self.device.type != "cuda" and not emulate:
             logger.info("device %s has no CUDA graphs: every step runs eagerly", self.device)
             return CaptureReport(skipped=[(b, t) for b in batch_sizes for t in frame_sizes])
         self.graphs = GraphTable(self.decoder, emulate=emulate, body=body,
-                                 conv=conv)
+                                 cudnn_benchmark_min_row_frames=cudnn_benchmark_min_row_frames)
         report = self.graphs.capture(batch_sizes, frame_sizes, budget_bytes)
         self.stats.num_graphs = len(self.graphs)
         self.stats.graph_memory_bytes = report.graph_memory_bytes

@@ -16,7 +16,6 @@ import torch
 from checkpoint.files import resolve_model_dir
 from service_common.memory_sizing import graph_budget_within, resolved_fraction
 from service_common.process import StopSignal, announce_ready
-from vocoder_service.runtime.graphs import ConvAlgorithms
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin import VocoderAdminServicer, side_port
 from vocoder_service.server.admin_jobs import AdminBridge
@@ -37,8 +36,7 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     if config.use_graphs:
         body = runner.compiled_step() if config.compile_step else None
         runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(), graph_budget_bytes(config),
-                              body=body, conv=ConvAlgorithms(config.cudnn_benchmark_min_row_frames,
-                                                              config.no_cudnn_max_row_frames))
+                              body=body, cudnn_benchmark_min_row_frames=config.cudnn_benchmark_min_row_frames)
     return runner
 
 

@@ -57,9 +57,6 @@ class VocoderServiceConfig:
     # rows x frames; smaller shapes take its heuristic picks (launch-bound there, and timing every
     # shape slows start-up). 0: heuristics everywhere.
     cudnn_benchmark_min_row_frames: int = 0
-    # graphs of at most this many rows x frames run their convs without cuDNN (ATen's im2col + GEMM:
-    # no layout conversions around each tiny conv); 0: cuDNN everywhere
-    no_cudnn_max_row_frames: int = 0
     # --- transport and loop
     heartbeat_interval_ms: int = 1000    # sent from a thread of their own, whatever the decode step costs
     max_step_stall_s: float = 60.0       # a loop stuck this long (one step, a deadlock) stops heartbeating,
@@ -89,9 +86,9 @@ class VocoderServiceConfig:
         for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("cudnn_benchmark_min_row_frames", "no_cudnn_max_row_frames"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if self.cudnn_benchmark_min_row_frames < 0:
+            problems.append(f"cudnn_benchmark_min_row_frames must be >= 0 (0: off), got "
+                            f"{self.cudnn_benchmark_min_row_frames}")
         if self.max_slots < 0 or self.graph_memory_budget_mb < 0:
             problems.append(f"max_slots and graph_memory_budget_mb must be >= 0 (0: auto), got {self.max_slots} "
                             f"and {self.graph_memory_budget_mb}")
