@@ -59,7 +59,7 @@ def parse_args(argv=None):
 
 
 def run(runner: DecoderRunner, batch: int, frames: int, frames_per_message: int, steps: int) -> dict:
-    policy = ChunkPolicy(frames, frames, 200.0)
+    policy = ChunkPolicy(frames, frames, 200.0, quick_first_max_streams=0)   # fixed-size chunks only
     engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=batch, chunk=policy,
                                                        samples_per_frame=runner.samples_per_frame))
     codes = np.random.default_rng(0).integers(0, runner.codebook_size, (batch, frames, 16))

@@ -14,6 +14,7 @@
 #                            (skipped with a note when the daemon cannot start)
 #   e2e-clone                the Base model on one GPU, default flags: registered voice, per-request
 #                            x-vector and in-context clones (one stack), concurrency 1..64
+#   e2e-design               the VoiceDesign model, voices described in words, concurrency 1..64
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
 #                            vocoders GPU 1), e2e at concurrency 64 and 256
 # Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
@@ -44,6 +45,7 @@ wait_ready() {   # file, pid, seconds
 }
 
 BASE_CKPT=${QWEN3_TTS_BENCH_BASE_CKPT:-/tmp/qwen3-tts-1b7-base-random}
+DESIGN_CKPT=${QWEN3_TTS_BENCH_DESIGN_CKPT:-/tmp/qwen3-tts-1b7-design-random}
 
 e2e_clone() {
   local ready=/tmp/clone-ready.json work=/tmp/clone-work
@@ -137,6 +139,11 @@ for w in $which; do
         --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
     e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
     e2e-clone) install_wheels; e2e_clone ;;
+    e2e-design)   # the VoiceDesign workload (a voice described in words) on its own random checkpoint
+      install_wheels
+      [ -f "$DESIGN_CKPT/config.json" ] || python3 -m checkpoint.tiny --type voice_design --size 1b7 --out "$DESIGN_CKPT"
+      python3 benchmarks/bench_e2e.py --model "$DESIGN_CKPT" --device cuda --workload voice-design \
+        --concurrency "${DESIGN_LEVELS:-1,4,8,16,32,64}" --out "$OUT/e2e-design.json" 2>&1 | tee "$OUT/e2e-design.log" ;;
     e2e-2gpu) install_wheels; random_checkpoint; e2e_two_gpus ;;
     *) echo "unknown benchmark $w" ;;
   esac

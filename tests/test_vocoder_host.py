@@ -44,7 +44,7 @@ def test_decode_result_survives_the_next_decode(stub_runner):
 
 
 def test_engine_chunks_stay_valid_across_steps(stub_runner):
-    engine = VocoderEngine(stub_runner, VocoderEngineConfig(max_slots=BATCH, chunk=ChunkPolicy(FRAMES, FRAMES, 200.0)))
+    engine = VocoderEngine(stub_runner, VocoderEngineConfig(max_slots=BATCH, chunk=ChunkPolicy(FRAMES, FRAMES, 200.0, quick_first_max_streams=0)))
     for rid in ("a", "b"):
         engine.open(rid)
     kept = []
