@@ -168,8 +168,6 @@ class VoiceWorker:
         logger.info("voice batch of %d (%d distinct) in %.0f ms: prepare %.1f, mel %.1f, speaker %.1f, codec %.1f ms, "
                     "%d forwards", len(jobs), len(unique), batch_ms, times.prepare_ms, times.mel_ms, times.speaker_ms,
                     times.codec_ms, times.num_forwards)
-        if times.codec_stages_ms:
-            logger.info("voice batch codec stages: %s", ", ".join(f"{k} {v:.1f} ms" for k, v in times.codec_stages_ms.items()))
 
     def _on_encoder_stream(self, encoder: ReferenceEncoder) -> contextlib.AbstractContextManager:
         if encoder.device.type != "cuda":

@@ -19,7 +19,6 @@ reference) and costs nothing for 24 kHz clips. A group is bounded by padded audi
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,7 +57,6 @@ class BatchTimes:
     speaker_ms: float = 0.0
     codec_ms: float = 0.0
     num_forwards: int = 0      # speaker and codec forwards, retries of a failed group one by one included
-    codec_stages_ms: dict[str, float] | None = None   # per codec stage, when stage timing is on (diagnostics)
 
 
 def forward_groups(num_samples: Sequence[int], max_batch_samples: int) -> list[list[int]]:
@@ -85,8 +83,6 @@ class ReferenceEncoder:
         self.limits = limits
         self.max_batch_samples = max_batch_samples
         self.buckets = buckets            # None: each group runs at its own shape
-        # diagnostics: the codec's stages timed apart (a device sync between them) and logged
-        self.time_stages = os.environ.get("QWEN3_TTS_VOICE_STAGE_TIMES", "") not in ("", "0")
         param = next(speaker_encoder.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.mel = LogMelSpectrogram().to(self.device)   # float32 whatever the encoder's dtype
@@ -94,7 +90,7 @@ class ReferenceEncoder:
     @torch.inference_mode()
     def encode(self, clips: Sequence[ReferenceClip]) -> tuple[list[EncodedReference], BatchTimes]:
         results = [EncodedReference() for _ in clips]
-        times = BatchTimes(codec_stages_ms={} if self.time_stages else None)
+        times = BatchTimes()
         lap_s = time.perf_counter()
         audio: dict[int, np.ndarray] = {}      # clip index -> 24 kHz samples, for clips that passed the checks
         for i, clip in enumerate(clips):
@@ -117,8 +113,7 @@ class ReferenceEncoder:
 
         def codes(rows: list[int]) -> list[torch.Tensor]:
             nonlocal lap_s
-            timing = {} if times.codec_stages_ms is None else {"stage_ms": times.codec_stages_ms}
-            out = self.codec_encoder.encode_batch(*self._bucketed([on_device[i] for i in rows]), **timing)   # CPU codes
+            out = self.codec_encoder.encode_batch(*self._bucketed([on_device[i] for i in rows]))   # CPU codes
             elapsed_ms, lap_s = _lap_ms(lap_s, self.device)
             times.codec_ms += elapsed_ms
             return out[:len(rows)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,8 +89,7 @@ class CodecEncoder(nn.Module):
         return self.encode_batch([audio_24k])[0]
 
     @torch.inference_mode()
-    def encode_batch(self, clips_24k: list[np.ndarray | torch.Tensor], pad_to: int = 0,
-                     stage_ms: dict[str, float] | None = None) -> list[torch.Tensor]:
+    def encode_batch(self, clips_24k: list[np.ndarray | torch.Tensor], pad_to: int = 0) -> list[torch.Tensor]:
         """The codes of each clip, [K_i, 16] int64 on CPU, from one forward over the right-padded batch.
 
         Exact per clip: the SEANet convs and the transformer are causal, so a clip's frames never
@@ -111,17 +109,14 @@ class CodecEncoder(nn.Module):
                                             batch_first=True).unsqueeze(1)                   # [B, 1, N]
         if pad_to > x.shape[-1]:   # a fixed shape (shape_buckets.py): more padding, masked like the rest
             x = torch.nn.functional.pad(x, (0, pad_to - x.shape[-1]))
-        return self.codes_of_padded(x, [clip.numel() for clip in audio], stage_ms)
+        return self.codes_of_padded(x, [clip.numel() for clip in audio])
 
     @torch.inference_mode()
-    def codes_of_padded(self, x: torch.Tensor, num_samples: list[int],
-                        stage_ms: dict[str, float] | None = None) -> list[torch.Tensor]:
+    def codes_of_padded(self, x: torch.Tensor, num_samples: list[int]) -> list[torch.Tensor]:
         """Codes of each row of x [B, 1, T] from its first num_samples[i] samples; what follows them
-        in the row (zeros, or any finite values: attention masks them by adding -inf) changes nothing.
-        `stage_ms` (diagnostics): filled with each stage's ms, the device synchronised between them."""
+        in the row (zeros, or any finite values: attention masks them by adding -inf) changes nothing."""
         if not self.mimi_config.use_causal_conv:
             raise ValueError("batched encoding relies on causal convolutions; this codec's are not")
-        lap = _StageLaps(x.device, stage_ms)
         lengths = list(num_samples)
         for layer in self.encoder.layers:
             if isinstance(layer, MimiConv1d):
@@ -129,36 +124,14 @@ class CodecEncoder(nn.Module):
                 lengths = [_conv_output_length(layer, n) for n in lengths]
             else:   # ELU and residual units: stride 1 and causal, lengths unchanged
                 x = layer(x)                                                                   # [B, D, T25]
-        lap("convs")
         hidden = self.encoder_transformer(x.transpose(1, 2), use_cache=False, return_dict=True)
         hidden = hidden.last_hidden_state.transpose(1, 2)                                     # [B, D, T25]
-        lap("transformer")
         if self.downsample is not None:
             hidden = self.downsample(_as_if_alone(self.downsample, hidden, lengths))           # [B, D, T12]
         codes = self.quantizer.encode(hidden, self.num_quantizers)                             # [16, B, T12]
-        lap("quantizer")
         codes = torch.from_numpy(to_host(codes.transpose(0, 1).to(torch.int64)))               # [B, 16, T12] on CPU
-        lap("to_host")
         return [codes[i, :, :math.ceil(n / self.samples_per_frame)].transpose(0, 1).contiguous()
                 for i, n in enumerate(num_samples)]
-
-
-class _StageLaps:
-    """Calling it with a stage name records the ms since the last call into `stage_ms` (after
-    synchronising this thread's stream); does nothing when `stage_ms` is None."""
-
-    def __init__(self, device: torch.device, stage_ms: dict[str, float] | None) -> None:
-        self.device, self.stage_ms = device, stage_ms
-        self.last_s = time.perf_counter() if stage_ms is not None else 0.0
-
-    def __call__(self, stage: str) -> None:
-        if self.stage_ms is None:
-            return
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        now_s = time.perf_counter()
-        self.stage_ms[stage] = self.stage_ms.get(stage, 0.0) + (now_s - self.last_s) * 1e3
-        self.last_s = now_s
 
 
 def _conv_output_length(conv: MimiConv1d, num_frames: int) -> int:
