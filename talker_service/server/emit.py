@@ -57,11 +57,7 @@ class Emitter:
             link = route.vocoder
             batch = batches.setdefault(id(link), (link, FramesBatch()))[1]
             self.open_stream(batch, link, route, route.context_codes.shape[0])
-            batch.handles.append(route.vocoder_handle)
-            batch.seqs.append(0)
-            batch.num_frames.append(route.context_codes.shape[0])
-            batch.codes.append(route.context_codes)
-            batch.routes.append(route)
+            batch.add(route.vocoder_handle, 0, route.context_codes, route)
             route.frames_seq_offset = 1
         for link, batch in batches.values():
             self.send(link, batch)
@@ -76,20 +72,15 @@ class Emitter:
 
     def add_frames(self, batch: FramesBatch, link: VocoderLink, route: Route, out: FramesOut) -> None:
         rows = out.codes
-        if not route.vocoder_handle:   # not opened yet (no context, or not opened at admission)
-            if route.context_codes is not None:
-                self.open_stream(batch, link, route, route.context_codes.shape[0])
-                rows = np.concatenate([route.context_codes, rows])   # [K + n, 16]
-            else:
-                self.open_stream(batch, link, route, 0)
+        if not route.vocoder_handle:   # not opened at admission: the context (if any) leads the first entry
+            context = route.context_codes
+            self.open_stream(batch, link, route, 0 if context is None else context.shape[0])
+            if context is not None:
+                rows = np.concatenate([context, rows])   # [K + n, 16]
         if out.is_final:
             batch.closes.append(vocoder_pb2.FramesClose(handle=route.vocoder_handle, summary=summary_of(out)))
             self.routes.forget(route)
-        batch.handles.append(route.vocoder_handle)
-        batch.seqs.append(out.seq + route.frames_seq_offset)
-        batch.num_frames.append(rows.shape[0])
-        batch.codes.append(rows)
-        batch.routes.append(route)
+        batch.add(route.vocoder_handle, out.seq + route.frames_seq_offset, rows, route)
 
     def send(self, link: VocoderLink, batch: FramesBatch) -> None:
         try:

@@ -30,6 +30,14 @@ class FramesBatch:
     closes: list[vocoder_pb2.FramesClose] = field(default_factory=list)
     routes: list = field(default_factory=list)              # routes.Route (routes.py imports this module)
 
+    def add(self, handle: int, seq: int, rows: np.ndarray, route) -> None:
+        """One entry: `rows` [n, 16] of the stream named `handle`, numbered `seq`."""
+        self.handles.append(handle)
+        self.seqs.append(seq)
+        self.num_frames.append(rows.shape[0])
+        self.codes.append(rows)
+        self.routes.append(route)
+
 
 def status_code(name: str) -> int:
     """"UNAVAILABLE" -> common_pb2.STATUS_CODE_UNAVAILABLE."""
