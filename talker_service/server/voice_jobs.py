@@ -31,8 +31,8 @@ from talker_service.server.voice_cache import VoiceCache, voice_key
 from talker_service.server.voice_stats import VoiceStats
 from talker_service.server.voice_worker import VoiceAnswer, VoiceJob, VoiceWorker
 from talker_service.voice.batch_encode import ReferenceEncoder
-from talker_service.voice.shape_buckets import ShapeBuckets
 from talker_service.voice.reference_audio import TARGET_SAMPLE_RATE_HZ, ReferenceAudioLimits
+from talker_service.voice.shape_buckets import ShapeBuckets
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class VoiceEncoding:
         self._answers: queue.SimpleQueue[VoiceAnswer] = queue.SimpleQueue()
         self._num_pending = 0             # loop thread only: submitted, answer not taken yet
         self._worker: threading.Thread | None = None
+        self.worker: VoiceWorker | None = None   # what that thread runs
         # warm-up: encoders loaded and every bucketed shape run once on the worker thread from the
         # start (shape_buckets.py: a new shape's first forward cost up to 1 s on the H200)
         self.buckets = ShapeBuckets(max_batch_jobs, int(bucket_s * TARGET_SAMPLE_RATE_HZ), self.max_batch_samples,
@@ -155,8 +156,7 @@ class VoiceEncoding:
     def wait_until_warm(self, timeout_s: float) -> bool:
         """Block until the encoders' background warm-up is done (True), or timeout_s passed (False);
         True at once when there is none (not a Base model, warm-up off)."""
-        worker = getattr(self, "worker", None)
-        return worker is None or worker.warmed.wait(timeout_s)
+        return self.worker is None or self.worker.warmed.wait(timeout_s)
 
     def close(self) -> None:
         if self._worker is not None:

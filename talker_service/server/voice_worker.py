@@ -2,14 +2,15 @@
 
 Under load one encode at a time made every clone request wait for all before it: on an H200
 beside a busy talker a 5 s in-context reference took p50 186 ms and up to 1.7 s (an x-vector alone
-is 8 ms on an idle GPU), so clone TTFA p95 grew from 2.3 s at 4 streams to 13 s at 32. The time
-over the arithmetic is waiting beside the talker loop (for the GIL, for the GPU between its
-steps), paid per forward, so a batch pays it once for all its requests (the per-phase windows of
-voice_stats.py are there to check this on a GPU run). So the thread blocks for the first job,
-takes every other job already queued (up to `max_batch_jobs`) and encodes them together
-(`ReferenceEncoder`: one mel, speaker-encoder and codec-encoder forward per padded-audio budget). Per job, the cache is asked first, as before; copies of one clip in the same batch are
-encoded once and the copies answered from the cache, as if they had come one after the other.
-Each request gets its own answer or its own error: a bad clip fails only itself.
+is 8 ms on an idle GPU), so clone TTFA p95 grew from 2.3 s at 4 streams to 13 s at 32. Most of
+that wait turned out to be the decode loop's pageable read-backs holding up this thread's kernel
+launches (fixed by talker_service/host_copy.py); what is left per forward is paid once per batch.
+So the thread blocks for the first job, takes every other job already queued (up to
+`max_batch_jobs`) and encodes them together (`ReferenceEncoder`: one mel, speaker-encoder and
+codec-encoder forward per padded-audio budget). Per job, the cache is asked first, as before;
+copies of one clip in the same batch are encoded once and the copies answered from the cache, as
+if they had come one after the other. Each request gets its own answer or its own error: a bad
+clip fails only itself.
 
 On CUDA the encoders run on a stream of their own, so their kernels overlap the talker's decode
 steps instead of queueing between them on the default stream.

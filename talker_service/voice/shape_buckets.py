@@ -7,7 +7,11 @@ streams was 2.1 s. Rounding a group up to a bucket (clips to a power of two, the
 multiple of `bucket_s`) leaves few shapes, and all of them are run once at start (on the encoder
 thread; a Base talker waits for it before SERVING, requests that come anyway go first). The
 extra rows are silent clips and every row is zero-padded to the bucket's length; each clip's
-frames stay its own (the encoders mask each row to its own length, batch_encode.py), so this changes no real clip's result beyond the rounding batched kernels already have.
+frames stay its own (the encoders mask each row to its own length, batch_encode.py), so this
+changes no real clip's result beyond the rounding batched kernels already have.
+Caveat: those 0.4-1 s were measured beside running streams, before the decode loop stopped
+stalling this thread's launches (talker_service/host_copy.py); how much a cold shape costs on
+its own has not been measured since.
 """
 from __future__ import annotations
 
