@@ -66,14 +66,13 @@ async def first_requests(target: str, args, repeats: int = 8) -> dict:
         first = await one_stream(client, 0, args, config_for)
         words = [await one_stream(client, 1 + i, args, config_for) for i in range(repeats)]
         whole = [await one_stream(client, 100 + i, args, config_for, whole_text=True) for i in range(repeats)]
-    med = lambda rows, key: float(np.median([r[key] for r in rows]))  # noqa: E731
+    def steady(rows: list[dict]) -> dict:
+        return {"ttfa_ms_p50": float(np.median([r["ttfa_ms"] for r in rows])),
+                "client_ttfa_ms_p50": float(np.median([r["client_ttfa_ms"] for r in rows])),
+                "stages_p50_ms": {n: float(np.median([r["timings"][n] for r in rows])) for n in STAGES}}
+
     return {"first": {k: first[k] for k in ("ttfa_ms", "client_ttfa_ms", "timings")},
-            "steady_words": {"ttfa_ms_p50": med(words, "ttfa_ms"), "client_ttfa_ms_p50": med(words, "client_ttfa_ms"),
-                             "stages_p50_ms": {n: float(np.median([r["timings"][n] for r in words])) for n in STAGES}},
-            "steady_whole_text": {"ttfa_ms_p50": med(whole, "ttfa_ms"),
-                                  "client_ttfa_ms_p50": med(whole, "client_ttfa_ms"),
-                                  "stages_p50_ms": {n: float(np.median([r["timings"][n] for r in whole]))
-                                                    for n in STAGES}}}
+            "steady_words": steady(words), "steady_whole_text": steady(whole)}
 
 
 async def level(target: str, concurrency: int, args) -> dict:

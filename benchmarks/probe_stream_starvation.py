@@ -7,7 +7,8 @@ step) and reads its output back, over and over; meanwhile the main thread times 
 "encoder": 400 small eager kernels on a stream of its own (standing in for the voice encoders).
 Read-back modes: `idle` (no loop thread), `cpu` (`tensor.cpu()`, a pageable copy), `event`
 (event record + synchronize, no copy) and `to_host` (talker_service.host_copy: pinned async copy
-+ event wait, what the talker uses). On the H200 (2026-11-25): idle 29.7 ms, cpu 2886 ms, event 45 ms.
++ event wait, what the talker uses). On the H200 (2026-11-25, `39ae1e5`): idle 27.8 ms, cpu 3639 ms,
+event 43.0 ms, to_host 42.7 ms (benchmarks/results/2026-11-25-probe-stream-starvation-h200.json).
 """
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ e2e_clone() {
     python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload clone-icl --distinct-clips \
       --concurrency "${CLONE_DISTINCT_LEVELS:-1,4,8,16,32}" --out "$OUT/e2e-clone-icl-distinct.json" 2>&1 \
       | tee -a "$OUT/e2e-clone.log"
-    for workload in ${CLONE_WORKLOADS:-registered clone-xvector clone-icl}; do
+    # unset: the three below; set but empty: none (only the distinct-clip level runs)
+    for workload in ${CLONE_WORKLOADS-registered clone-xvector clone-icl}; do
       python3 benchmarks/bench_e2e.py --target "$target" --device cuda --workload "$workload" \
         --concurrency "${CLONE_LEVELS:-1,4,8,16,32,64}" --out "$OUT/e2e-clone-$workload.json" 2>&1 \
         | tee -a "$OUT/e2e-clone.log"
