@@ -12,7 +12,7 @@ import torch
 
 from test_decoder_fixtures import random_codes, single_thread, tiny_code2wav  # noqa: F401 (single_thread: autouse fixture)
 from vocoder_service.codec import StreamingDecoder
-from vocoder_service.runtime.graphs import GraphTable
+from vocoder_service.runtime.graphs import GraphTable, cudnn_benchmark_set_to
 from vocoder_service.runtime.runner import DecoderRunner
 
 SPF = 1920
@@ -102,3 +102,14 @@ def test_cudnn_benchmark_only_for_shapes_at_or_above_the_threshold(model):
     off = GraphTable(decoder, emulate=True).capture([1, 4], [2, 5], BUDGET_BYTES)
     assert off.cudnn_benchmarked == [] and len(off.captured) == 4
     assert torch.backends.cudnn.benchmark is False   # the process-wide flag is left as it was
+
+
+def test_cudnn_benchmark_is_set_only_inside_and_restored_after_an_error():
+    assert torch.backends.cudnn.benchmark is False
+    with cudnn_benchmark_set_to(True):
+        assert torch.backends.cudnn.benchmark is True
+    assert torch.backends.cudnn.benchmark is False
+    with pytest.raises(RuntimeError, match="capture failed"):
+        with cudnn_benchmark_set_to(True):
+            raise RuntimeError("capture failed")
+    assert torch.backends.cudnn.benchmark is False

@@ -21,8 +21,10 @@ shape choice (another batch size, a 1-frame first chunk) is one more entry in th
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -69,9 +71,7 @@ class CapturedStep:
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
         # kernels and lets cuBLAS/cuDNN pick algorithms outside the capture; with `cudnn_benchmark`
         # cuDNN times its candidates for this shape's convs there, and the graph keeps the winners.
-        was_benchmark = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = cudnn_benchmark
-        try:
+        with cudnn_benchmark_set_to(cudnn_benchmark):
             side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
@@ -82,8 +82,6 @@ class CapturedStep:
             with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
                 # The float32 cast is captured too: no extra launch or allocation per step.
                 self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
-        finally:
-            torch.backends.cudnn.benchmark = was_benchmark
         self.done = torch.cuda.Event()
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
@@ -124,6 +122,18 @@ class CapturedStep:
             times.add("launch", launched - staged)
             times.add("wait", waited - launched)
         return out.numpy()[:, : t * self.decoder.samples_per_frame]
+
+
+@contextlib.contextmanager
+def cudnn_benchmark_set_to(on: bool) -> Iterator[None]:
+    """torch.backends.cudnn.benchmark = on inside, the process's own setting back after (errors too).
+    (torch.backends.cudnn.flags would reset the other cuDNN flags to its own defaults.)"""
+    was_on = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = was_on
 
 
 def fill_padded(host_codes: np.ndarray, host_slots: np.ndarray, host_lengths: np.ndarray,
