@@ -99,6 +99,7 @@ def main() -> int:
         rows = []
         result["variants"][f"{index}-{variant}"] = {"shapes": rows}
         pool = torch.cuda.graph_pool_handle()
+        steps = []   # every graph of the pool lives to the variant's end (freeing one mid-pool trips the allocator)
         for batch, frames in shapes:
             started = time.perf_counter()
             try:
@@ -115,7 +116,7 @@ def main() -> int:
             print(f"{variant:8s} {batch:4d}x{frames:<3d} ready {ready_s:7.1f} s  replay {ms:7.3f} ms  "
                   f"{audio_s / (ms / 1e3):8.1f} audio-s/s", flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))
-            del step
+            steps.append(step)
         entry = result["variants"][f"{index}-{variant}"]
         if body is not None and shapes:
             entry["max_abs_diff_vs_plain"] = max_difference(runner, body, *shapes[0])
@@ -123,7 +124,8 @@ def main() -> int:
             torch._dynamo.utils.counters.clear()
             print(f"{variant}: max |compiled - plain| {entry['max_abs_diff_vs_plain']:.3g}, "
                   f"{entry['dynamo_graphs']} dynamo graphs", flush=True)
-        del runner, body
+        del runner, body, steps
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
