@@ -54,7 +54,8 @@ def parse_args(argv=None):
     # With every frame there at once, a 0.5 s stagger bounds the wall-clock rate (64 streams x 10 s
     # over >= 0.5 s is <= 1280 audio-s/s whatever the decoder does): capacity runs start together.
     p.add_argument("--capacity-stagger-s", type=float, default=0.0, help="stagger of the rate-0 (capacity) runs")
-    p.add_argument("--modes", default="eager,graphs", help="comma list of eager, graphs, graphs+compile")
+    p.add_argument("--modes", default="eager,graphs",
+                   help="comma list of eager, graphs, graphs+compile (graphs, the shapes below compiled)")
     p.add_argument("--first-chunk-frames", type=int, default=2)
     p.add_argument("--steady-chunk-frames", type=int, default=25)
     p.add_argument("--max-wait-ms", type=float, default=200.0)
@@ -62,7 +63,11 @@ def parse_args(argv=None):
     p.add_argument("--quick-first-max-streams", type=int, default=2, help="0: every first chunk is first-chunk-frames")
     p.add_argument("--graph-budget-mb", type=float, default=32768.0)
     p.add_argument("--first-chunk-repeats", type=int, default=50)
-    # graphs+compile compiles every captured shape (~1 min each on the H200): restrict the sizes.
+    # graphs+compile: which shapes replay a compiled step (vocoder_service/runtime/compile_plan.py)
+    p.add_argument("--compile-max-row-frames", type=int, default=1,
+                   help="graphs+compile: a static compile for each shape of at most this many rows x frames")
+    p.add_argument("--compile-dynamic-frames", default="",
+                   help="graphs+compile: comma list of frame counts whose >= 2-row shapes share one dynamic compile")
     p.add_argument("--capture-batch-sizes", default="", help="comma list; empty: powers of two up to max streams")
     p.add_argument("--capture-frame-sizes", default="", help="comma list; empty: the chunk policy's frame buckets")
     p.add_argument("--cudnn-benchmark-min-row-frames", type=int, default=0,
@@ -97,14 +102,18 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None
     if mode in ("graphs", "graphs+compile"):
         batch_sizes = _int_list(getattr(args, "capture_batch_sizes", "")) or batch_buckets(max_slots)
         frame_sizes = _int_list(getattr(args, "capture_frame_sizes", "")) or policy.frame_buckets()
-        body = runner.compiled_step() if mode == "graphs+compile" and is_cuda else None
+        plan = None
+        if mode == "graphs+compile" and is_cuda:
+            plan = runner.compile_plan(getattr(args, "compile_max_row_frames", 1),
+                                       tuple(_int_list(getattr(args, "compile_dynamic_frames", ""))))
         min_row_frames = getattr(args, "cudnn_benchmark_min_row_frames", 0)
-        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda, body=body,
+        cap = runner.capture_graphs(batch_sizes, frame_sizes, budget_bytes, emulate=not is_cuda, compile_plan=plan,
                                     cudnn_benchmark_min_row_frames=min_row_frames)
         report = {"num_graphs": len(cap.captured), "skipped": cap.skipped, "graph_memory_bytes": cap.graph_memory_bytes,
                   "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s,
                   "cudnn_benchmark_min_row_frames": min_row_frames,
-                  "num_cudnn_benchmarked": len(cap.cudnn_benchmarked)}
+                  "num_cudnn_benchmarked": len(cap.cudnn_benchmarked),
+                  "compile_plan": plan.describe() if plan is not None else None, "compiled": cap.compiled}
     # Warm-up: every (batch, frames) bucket once, so kernel compilation is not timed.
     for bs in batch_buckets(max_slots):
         for t in policy.frame_buckets():

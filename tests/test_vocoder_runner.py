@@ -193,3 +193,48 @@ def test_a_runner_fault_fails_the_requests_of_that_batch_and_serving_goes_on(mod
     assert engine.num_active == 0 and engine.slots.num_free == 2 and engine.stats["failed"] == 2
     np.testing.assert_allclose(np.concatenate([o.pcm for o in outs]), offline_pcm(model, random_codes(71, 3)),
                                rtol=0, atol=ATOL)
+
+
+def _bad_steps():
+    ok = np.zeros((2, 16, 3), np.int64)
+    big = ok.copy()
+    big[1, 4, 2] = 5000
+    negative = ok.copy()
+    negative[0, 0, 1] = -3
+    padded_bad = ok.copy()
+    padded_bad[1, 2, 2] = 5000        # beyond row 1's length 2: never decoded, so accepted
+    return [
+        (np.zeros((2, 15, 3), np.int64), [0, 1], [3, 3]),   # codebooks
+        (np.zeros((0, 16, 3), np.int64), [], []),           # empty batch
+        (np.zeros((2, 16, 0), np.int64), [0, 1], [1, 1]),   # empty chunk
+        (ok, [0, 1, 2], [3, 3]),                            # batch mismatch
+        (ok, [0, 9], [3, 3]), (ok, [1, 1], [3, 3]),         # slot range, duplicates
+        (ok, [0, 1], [0, 3]), (ok, [0, 1], [3, 4]),         # lengths
+        (big, [0, 1], [3, 3]), (negative, [0, 1], [3, 3]),  # code values
+        (padded_bad, [0, 1], [3, 2]),                       # fine
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_steps())))
+def test_host_array_checks_match_the_tensor_checks(case):
+    """The runner checks numpy arrays (check_step_arrays); it must accept and refuse exactly what the
+    decoder's tensor check does, with the same message."""
+    from vocoder_service.codec.validation import check_step, check_step_arrays
+
+    codes, slots, lengths = _bad_steps()[case]
+    slots, lengths = np.array(slots, np.int64), np.array(lengths, np.int64)
+    outcomes = []
+    for check, wrap in ((check_step, torch.from_numpy), (check_step_arrays, np.asarray)):
+        try:
+            check(wrap(codes), wrap(slots), wrap(lengths), 16, 2048, 4)
+            outcomes.append(None)
+        except ValueError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0] is None) == (case == len(_bad_steps()) - 1)
+
+
+def test_host_array_checks_refuse_float_codes_instead_of_truncating(model):
+    runner = DecoderRunner(model, max_slots=2)
+    with pytest.raises(ValueError, match="codes must have an integer dtype"):
+        runner.decode(np.full((1, 16, 2), 1.5), np.array([0]), np.array([2]))

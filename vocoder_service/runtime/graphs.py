@@ -159,6 +159,8 @@ class CaptureReport:
     captured: list[tuple[int, int]] = field(default_factory=list)       # (batch, frames)
     skipped: list[tuple[int, int]] = field(default_factory=list)        # left out by the budget
     cudnn_benchmarked: list[tuple[int, int]] = field(default_factory=list)   # captured with timed conv picks
+    # "BxT" -> {"kind": "static" | "dynamic", "s": seconds to compile (if first of its kind) and capture}
+    compiled: dict[str, dict] = field(default_factory=dict)
     graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
     allocated_bytes: int = 0         # growth of allocated memory (static inputs and outputs)
     capture_s: float = 0.0
@@ -168,9 +170,10 @@ class GraphTable:
     """Captured steps by shape, and the smallest covering shape for a request."""
 
     def __init__(self, decoder: StreamingDecoder, emulate: bool = False, body: StepBody | None = None,
-                 cudnn_benchmark_min_row_frames: int = 0) -> None:
+                 cudnn_benchmark_min_row_frames: int = 0, compile_plan=None) -> None:
         self.is_cuda = decoder.device.type == "cuda"
         self.body = body
+        self.compile_plan = compile_plan   # compile_plan.CompilePlan or None: per-shape compiled bodies
         self.cudnn_benchmark_min_row_frames = cudnn_benchmark_min_row_frames
         if not self.is_cuda and not emulate:
             raise ValueError(f"CUDA graphs need a CUDA decoder, this one is on {decoder.device}")
@@ -199,9 +202,13 @@ class GraphTable:
                     budget_bytes / 2**20, len(report.captured), len(report.skipped), report.skipped,
                 )
                 break
-            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body,
+            shape_started = time.perf_counter()
+            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body_for(*shape),
                                              cudnn_benchmark=self.uses_cudnn_benchmark(*shape))
             report.captured.append(shape)
+            kind = self.compile_plan.kind_for(*shape) if self.compile_plan is not None else "plain"
+            if kind != "plain":
+                report.compiled[f"{shape[0]}x{shape[1]}"] = {"kind": kind, "s": time.perf_counter() - shape_started}
             if self.uses_cudnn_benchmark(*shape):
                 report.cudnn_benchmarked.append(shape)
         self._lookup.clear()
@@ -213,6 +220,11 @@ class GraphTable:
             len(report.captured), report.capture_s, report.graph_memory_bytes / 2**20, report.allocated_bytes / 2**20,
         )
         return report
+
+    def body_for(self, batch_size: int, num_frames: int) -> StepBody | None:
+        """The compiled step the plan names for this shape, else the table's body (None: the plain step)."""
+        compiled = self.compile_plan.body_for(batch_size, num_frames) if self.compile_plan is not None else None
+        return compiled or self.body
 
     def uses_cudnn_benchmark(self, batch_size: int, num_frames: int) -> bool:
         threshold = self.cudnn_benchmark_min_row_frames

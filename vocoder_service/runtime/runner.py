@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from vocoder_service.codec import Code2Wav, StreamingDecoder
-from vocoder_service.codec.validation import check_step
+from vocoder_service.codec.validation import check_step_arrays
+from vocoder_service.runtime.compile_plan import CompilePlan, compile_step
 from vocoder_service.runtime.graphs import CaptureReport, GraphTable, StepBody
 from vocoder_service.runtime.stats import RunnerStats
 
@@ -57,27 +58,25 @@ class DecoderRunner:
 
     # ---- setup -------------------------------------------------------------------------------
     def compiled_step(self, mode: str = "default", dynamic: bool = False) -> StepBody:
-        """A torch.compile of the step, for `capture_graphs(body=...)`; compiles lazily, per shape.
+        """A torch.compile of the step, for `capture_graphs(body=...)`: every captured shape gets it
+        (compiled lazily, per shape: ~40 s each on the H200 with a cold cache). The service chooses
+        per shape instead: `capture_graphs(compile_plan=...)`, see compile_plan.py."""
+        return compile_step(self.decoder.step_unchecked, mode=mode, dynamic=dynamic)
 
-        On the H200 it took batch-64 25-frame chunks from 2376 to 3203 audio-s/s and a batch-1
-        2-frame first chunk from 3.4 to 2.0 ms (benchmarks/results/2026-11-22-decoder-*), at about a
-        minute of compile per captured shape at start-up: give it few capture sizes.
-        """
-        # One specialisation per (bs, t) shape: lift dynamo's per-function recompile limit (8).
-        # Newer torch names the limit recompile_limit; set whichever this version has.
-        for name in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
-        return torch.compile(self.decoder.step_unchecked, mode=mode, dynamic=dynamic)
+    def compile_plan(self, max_row_frames: int = 0, dynamic_batch_frames: tuple[int, ...] = (),
+                     mode: str = "default") -> CompilePlan:
+        return CompilePlan(self.decoder.step_unchecked, max_row_frames, dynamic_batch_frames, mode)
 
     def capture_graphs(self, batch_sizes: list[int], frame_sizes: list[int], budget_bytes: int,
                        emulate: bool = False, body: StepBody | None = None,
-                       cudnn_benchmark_min_row_frames: int = 0) -> CaptureReport:
+                       cudnn_benchmark_min_row_frames: int = 0,
+                       compile_plan: CompilePlan | None = None) -> CaptureReport:
         """Capture the step for every (batch, frames) shape within the memory budget (CUDA only).
 
         `emulate` (CPU tests): build the same padded static-shape table without graphs.
         `body`: what each graph runs instead of `decoder.step_unchecked` (same signature):
         `compiled_step()`, or a benchmark's stub that isolates the host cost.
+        `compile_plan`: shapes it names replay a compiled step instead (the rest take `body`).
         `cudnn_benchmark_min_row_frames`: shapes of at least this many rows x frames are captured
         with conv algorithms timed by cuDNN (cudnn.benchmark); 0: heuristic picks for every shape.
         """
@@ -85,7 +84,8 @@ class DecoderRunner:
             logger.info("device %s has no CUDA graphs: every step runs eagerly", self.device)
             return CaptureReport(skipped=[(b, t) for b in batch_sizes for t in frame_sizes])
         self.graphs = GraphTable(self.decoder, emulate=emulate, body=body,
-                                 cudnn_benchmark_min_row_frames=cudnn_benchmark_min_row_frames)
+                                 cudnn_benchmark_min_row_frames=cudnn_benchmark_min_row_frames,
+                                 compile_plan=compile_plan)
         report = self.graphs.capture(batch_sizes, frame_sizes, budget_bytes)
         self.stats.num_graphs = len(self.graphs)
         self.stats.graph_memory_bytes = report.graph_memory_bytes
@@ -109,23 +109,25 @@ class DecoderRunner:
         """
         times, clock = self.stats.host_times, time.perf_counter
         started = clock()
-        codes_t = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
-        slots_t = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
-        lengths_t = torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int64))
         # Host-side checks before any device work: a bad call raises ValueError with state untouched.
-        check_step(codes_t, slots_t, lengths_t, self.num_quantizers, self.codebook_size, self.max_slots)
-        bs, _, t = codes_t.shape
+        # (Checked as given: a float array must fail, not be truncated by a cast.)
+        check_step_arrays(np.asarray(codes), np.asarray(slots), np.asarray(lengths),
+                          self.num_quantizers, self.codebook_size, self.max_slots)
+        codes = np.ascontiguousarray(codes, dtype=np.int64)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        bs, _, t = codes.shape
         checked = clock()
         times.add("check", checked - started)
         captured = self.graphs.find(bs, t) if self.graphs is not None else None
         if captured is not None:
-            out = captured.run(codes_t.numpy(), slots_t.numpy(), lengths_t.numpy(), times)
+            out = captured.run(codes, slots, lengths, times)
         else:
             if self.graphs is not None:
                 self.stats.uncaptured_shapes[(bs, t)] += 1
-            pcm = self.decoder.step_unchecked(
-                codes_t.to(self.device), slots_t.to(self.device), lengths_t.to(self.device)
-            )
+            pcm = self.decoder.step_unchecked(torch.from_numpy(codes).to(self.device),
+                                              torch.from_numpy(slots).to(self.device),
+                                              torch.from_numpy(lengths).to(self.device))
             launched = clock()
             out = pcm.float().cpu().numpy()   # the copy back is the sync point: timing below is real
             times.add("launch", launched - checked)

@@ -16,6 +16,7 @@ import torch
 from checkpoint.files import resolve_model_dir
 from service_common.memory_sizing import graph_budget_within, resolved_fraction
 from service_common.process import StopSignal, announce_ready
+from vocoder_service.runtime.compile_plan import use_cache_dir
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin import VocoderAdminServicer, side_port
 from vocoder_service.server.admin_jobs import AdminBridge
@@ -34,9 +35,16 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
     runner = DecoderRunner.from_pretrained(model_dir, config.resolved_max_slots(), config.device,
                                            config.resolved_dtype())
     if config.use_graphs:
-        body = runner.compiled_step() if config.compile_step else None
-        runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(), graph_budget_bytes(config),
-                              body=body, cudnn_benchmark_min_row_frames=config.cudnn_benchmark_min_row_frames)
+        plan = None
+        if runner.device.type == "cuda":   # CPU steps run eagerly: nothing to compile for
+            plan = runner.compile_plan(config.resolved_compile_max_row_frames(), config.compile_dynamic_frames)
+            if config.compile_cache_dir and not plan.is_empty:
+                use_cache_dir(config.compile_cache_dir)
+        report = runner.capture_graphs(config.graph_batch_sizes(), config.graph_frame_sizes(),
+                                       graph_budget_bytes(config), compile_plan=plan,
+                                       cudnn_benchmark_min_row_frames=config.cudnn_benchmark_min_row_frames)
+        if report.compiled:
+            logger.info("compiled decode graphs (kind, seconds to ready): %s", report.compiled)
     return runner
 
 

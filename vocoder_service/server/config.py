@@ -52,7 +52,16 @@ class VocoderServiceConfig:
     capture_batch_sizes: tuple[int, ...] = ()   # empty: powers of two up to max_slots
     capture_frame_sizes: tuple[int, ...] = ()   # empty: the chunk policy's frame buckets
     graph_memory_budget_mb: float = 0.0  # 0: what gpu_memory_fraction leaves after weights and state
-    compile_step: bool = False           # torch.compile each captured shape (~1 min each at start-up)
+    # torch.compile per captured shape (runtime/compile_plan.py): shapes of at most this many
+    # rows x frames get a static compile each; -1 auto: 1 on CUDA (a lone stream's 1-frame first
+    # chunk: 2.97 -> 1.68 ms on the H200, ~40 s of start-up on a cold cache, ~5 s warm), 0 elsewhere
+    compile_max_row_frames: int = -1
+    # steady chunk sizes whose graphs of >= 2 rows share one dynamic-shape compile (25: +21% audio-s/s
+    # at batch 64 on the H200, for ~2.6 min of start-up on a cold cache, ~35 s warm); empty: none
+    compile_dynamic_frames: tuple[int, ...] = ()
+    # where Inductor and Triton keep compiled kernels (mount it to keep them across restarts);
+    # empty: their defaults (/tmp/torchinductor_<user>, ~/.triton/cache)
+    compile_cache_dir: str = ""
     # cuDNN times its conv algorithms (cudnn.benchmark) while capturing graphs of at least this many
     # rows x frames; smaller shapes take its heuristic picks (launch-bound there, and timing every
     # shape slows start-up). 0: heuristics everywhere.
@@ -86,6 +95,10 @@ class VocoderServiceConfig:
         for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.compile_max_row_frames < -1:
+            problems.append(f"compile_max_row_frames must be >= 0 (-1: auto), got {self.compile_max_row_frames}")
+        if any(t < 1 for t in self.compile_dynamic_frames):
+            problems.append(f"compile_dynamic_frames must be positive frame counts, got {self.compile_dynamic_frames}")
         if self.cudnn_benchmark_min_row_frames < 0:
             problems.append(f"cudnn_benchmark_min_row_frames must be >= 0 (0: off), got "
                             f"{self.cudnn_benchmark_min_row_frames}")
@@ -132,6 +145,11 @@ class VocoderServiceConfig:
 
     def resolved_peer_id(self) -> str:
         return self.peer_id or f"vocoder@{socket.gethostname()}:{os.getpid()}"
+
+    def resolved_compile_max_row_frames(self) -> int:
+        if self.compile_max_row_frames >= 0:
+            return self.compile_max_row_frames
+        return 1 if self.device.startswith("cuda") else 0
 
     def graph_batch_sizes(self) -> list[int]:
         return sorted(set(self.capture_batch_sizes)) or batch_buckets(self.resolved_max_slots())
