@@ -91,8 +91,20 @@ def compare(a_runs: list[dict], b_runs: list[dict], tolerance: float = 0.10) -> 
             "all_within": bool(rows) and all(row["within_tolerance"] for row in rows)}
 
 
-def _ms_list(values_ms: list[float]) -> str:
-    return ", ".join(f"{v:.1f}" for v in values_ms)
+def _ms(value_ms: float | None) -> str:
+    return "" if value_ms is None else f"{value_ms:.1f}"
+
+
+def _table_row(label: str, name: str, s: dict, verdict_cells: str) -> str:
+    """One group's cells; the lone-stream summary has no p95, pooled figures or stream count."""
+    per_pass = ", ".join(_ms(v) for v in s["pass_p50_ms"])
+    cells = [label, name, per_pass, _ms(s["median_p50_ms"]), _ms(s.get("median_p95_ms")),
+             _ms(s.get("pooled_p50_ms")), _ms(s.get("pooled_p95_ms")), str(s.get("num_streams", "")), verdict_cells]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _verdict_cells(row: dict, note: str = "") -> str:
+    return f"{row['ratio']:.3f}{note} | {'yes' if row['within_tolerance'] else 'NO'}"
 
 
 def markdown(result: dict, a_name: str, b_name: str) -> str:
@@ -104,20 +116,13 @@ def markdown(result: dict, a_name: str, b_name: str) -> str:
              "| B/A pooled p50 | within |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for level in result["levels"]:
-        for key, name in (("a", a_name), ("b", b_name)):
-            s = level[key]
-            tail = f"{level['ratio']:.3f} | {'yes' if level['within_tolerance'] else 'NO'}" if key == "b" else " | "
-            lines.append(f"| c={level['concurrency']} | {name} | {_ms_list(s['pass_p50_ms'])} | {s['median_p50_ms']:.1f} "
-                         f"| {s['median_p95_ms']:.1f} | {s['pooled_p50_ms']:.1f} | {s['pooled_p95_ms']:.1f} "
-                         f"| {s['num_streams']} | {tail} |")
+        label = f"c={level['concurrency']}"
+        lines.append(_table_row(label, a_name, level["a"], " | "))
+        lines.append(_table_row(label, b_name, level["b"], _verdict_cells(level)))
     lone = result["lone_stream"]
     if lone:
-        for key, name in (("a", a_name), ("b", b_name)):
-            s = lone[key]
-            tail = f"{lone['ratio']:.3f} (medians) | {'yes' if lone['within_tolerance'] else 'NO'}" if key == "b" \
-                else " | "
-            lines.append(f"| {LONE_STREAM} | {name} | {_ms_list(s['pass_p50_ms'])} | {s['median_p50_ms']:.1f} "
-                         f"| | | | | {tail} |")
+        lines.append(_table_row(LONE_STREAM, a_name, lone["a"], " | "))
+        lines.append(_table_row(LONE_STREAM, b_name, lone["b"], _verdict_cells(lone, " (medians)")))
     lines += ["", f"all within {pct}%: {'yes' if result['all_within'] else 'NO'}"]
     return "\n".join(lines) + "\n"
 
