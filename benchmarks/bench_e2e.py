@@ -75,12 +75,23 @@ async def first_requests(target: str, args, repeats: int = 8) -> dict:
             "steady_words": steady(words), "steady_whole_text": steady(whole)}
 
 
+def streams_for_level(concurrency: int, streams_per_level: int = 0, streams_factor: int = 2) -> int:
+    """Streams one level runs: `streams_per_level` when set, else `streams_factor` x concurrency.
+    The level is closed loop and its streams start together, so with 2 x concurrency its median
+    rests on two waves; a larger factor gives the percentiles more streams (less run-to-run noise)."""
+    if streams_per_level:
+        return streams_per_level
+    if streams_factor < 1:
+        raise ValueError(f"streams factor must be at least 1, got {streams_factor}")
+    return streams_factor * concurrency
+
+
 async def level(target: str, concurrency: int, args) -> dict:
     async with TtsClient(target) as client:
         config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips)
         await one_stream(client, 0, args, config_for)  # warm-up
         t0 = time.monotonic()
-        total = args.streams_per_level or 2 * concurrency
+        total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor)
         queue = list(range(total))
         results: list[dict] = []
 
@@ -129,7 +140,10 @@ def main() -> int:
                    help="clone workloads: a different reference clip per stream (no encoding cache hits)")
     p.add_argument("--concurrency", default="1,4,16,64,128,256")
     p.add_argument("--frames", type=int, default=125, help="frames per utterance (125 = 10 s of audio)")
-    p.add_argument("--streams-per-level", type=int, default=0, help="streams per level (default 2x concurrency)")
+    p.add_argument("--streams-per-level", type=int, default=0,
+                   help="streams per level (default: --streams-factor x concurrency); overrides --streams-factor")
+    p.add_argument("--streams-factor", type=int, default=2,
+                   help="streams per level as a multiple of its concurrency (default 2)")
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
@@ -144,6 +158,8 @@ def main() -> int:
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
+    if not args.streams_per_level and args.streams_factor < 1:
+        p.error(f"--streams-factor must be at least 1, got {args.streams_factor}")
     proc = None
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     args.work_dir = work
@@ -180,7 +196,8 @@ def main() -> int:
                                  text=True).stdout.strip().splitlines()[0:1]
         result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
-                  "frames_per_utterance": args.frames, "text": TEXT, "single_stream": single, "levels": rows}
+                  "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,
+                  "streams_factor": args.streams_factor, "text": TEXT, "single_stream": single, "levels": rows}
         out = args.out or str(work / "bench_e2e.json")
         Path(out).write_text(json.dumps(result, indent=1))
         print(f"wrote {out}")

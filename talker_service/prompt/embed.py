@@ -2,12 +2,21 @@
 
 Each position is 0 + T(text) + C(codec) accumulated into a zero buffer: adding to an exact 0 is
 exact and two-term float addition commutes, so every position equals the official `T + C` sum
-bit for bit, up to the matmul blocking of the text projection.
+bit for bit, up to the matmul blocking of the text projection. The groups are added in a fixed
+order (text, codec, speaker vector, reference frames) and each group's lookup sees the same ids in
+the same order as before, so the result does not depend on how the positions are found.
+
+The positions are found on the host, from the plan's lists: boolean masks on the device would need
+a device->host read-back for every `.any()` and every mask index (nonzero), and this runs in the
+talker loop thread, where such a wait stalls the running streams' next step. The device gets the
+indices in one asynchronous host->device copy and does plain index reads and writes.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from .layout import NO_CODEC, NO_TEXT, SPEAKER, PromptPlan
@@ -21,39 +30,98 @@ class Embedder(Protocol):
     def embed_frame(self, codes: torch.Tensor) -> torch.Tensor: ...   # [..., 16] -> [..., H]
 
 
+@dataclass
+class PlanGroups:
+    """Host index arrays (int64) of one plan: the positions of each input group, and the ids they
+    look up. A group with no positions is empty and is skipped."""
+
+    text_pos: np.ndarray      # [Nt] positions with a text id
+    text_ids: np.ndarray      # [Nt] their text ids
+    codec_pos: np.ndarray     # [Nc] positions with a codec-table row
+    codec_ids: np.ndarray     # [Nc] their codec rows
+    speaker_pos: np.ndarray   # [Ns] the speaker-vector slot(s)
+    frame_pos: np.ndarray     # [Nf] positions of reference frames
+    frame_ids: np.ndarray     # [Nf] which reference frame each one is
+    num_unused: int           # positions with no text, codec or frame input (an error)
+
+
+def plan_groups(plan: PromptPlan) -> PlanGroups:
+    """The plan's groups, found with numpy on its python lists (no device involved)."""
+    text = np.asarray(plan.text_ids, dtype=np.int64)       # [L]
+    codec = np.asarray(plan.codec_ids, dtype=np.int64)     # [L]
+    frames = np.asarray(plan.ref_frames, dtype=np.int64)   # [L]
+    has_text = text != NO_TEXT
+    has_codec = codec >= 0
+    has_frame = frames >= 0
+    (text_pos,), (codec_pos,), (frame_pos,) = has_text.nonzero(), has_codec.nonzero(), has_frame.nonzero()
+    (speaker_pos,) = (codec == SPEAKER).nonzero()
+    unused = (codec == NO_CODEC) & ~has_text & ~has_frame
+    return PlanGroups(text_pos=text_pos, text_ids=text[text_pos], codec_pos=codec_pos, codec_ids=codec[codec_pos],
+                      speaker_pos=speaker_pos, frame_pos=frame_pos, frame_ids=frames[frame_pos],
+                      num_unused=int(unused.sum()))
+
+
+def check_plan_inputs(groups: PlanGroups, *, hidden_size: int,
+                      speaker_vector: torch.Tensor | None, ref_codes: torch.Tensor | None) -> None:
+    """Raise ValueError when the plan needs an input that is missing or malformed. Checked in the
+    order the embedding would meet the problems, so the first problem is the one reported."""
+    if groups.speaker_pos.size:
+        if speaker_vector is None:
+            raise ValueError("the prompt has a speaker slot but no speaker vector was given")
+        if speaker_vector.shape != (hidden_size,):
+            raise ValueError(f"speaker vector must be [{hidden_size}], got {list(speaker_vector.shape)}")
+    if groups.frame_pos.size:
+        if ref_codes is None:
+            raise ValueError("the prompt has reference-frame positions but no reference codes were given")
+        # an out-of-range frame would be a device-side assert on CUDA, which poisons the context
+        if int(groups.frame_ids.max()) >= ref_codes.shape[0]:
+            raise ValueError(f"the prompt reads reference frame {int(groups.frame_ids.max())}, "
+                             f"but only {ref_codes.shape[0]} reference frames were given")
+    if groups.num_unused:
+        raise ValueError("prompt plan has positions with neither text nor codec input")
+
+
+def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device` without waiting for the device's queue. non_blocking is safe from
+    pageable memory only: cudaMemcpyAsync stages a pageable buffer before it returns, so the source
+    may change or go at once. A pinned source is read later by the DMA, so it is copied to pageable
+    memory first (an x-vector can be a view of a pinned read-back buffer, see host_copy.to_host)."""
+    if host.device.type != "cpu" or device.type != "cuda":
+        return host.to(device)
+    if host.is_pinned():
+        host = host.clone()
+    return host.to(device, non_blocking=True)
+
+
+def _device_groups(groups: PlanGroups, device: torch.device) -> dict[str, torch.Tensor]:
+    """Every index array of `groups` on the device, through one host->device copy."""
+    names = [f.name for f in fields(PlanGroups) if f.name != "num_unused"]
+    arrays = [getattr(groups, name) for name in names]
+    packed = to_device_async(torch.from_numpy(np.concatenate(arrays)), device)   # [sum of sizes]
+    return dict(zip(names, torch.split(packed, [a.size for a in arrays])))
+
+
 @torch.no_grad()
 def embed_plan(plan: PromptPlan, embedder: Embedder, *, device: torch.device, dtype: torch.dtype,
                hidden_size: int, speaker_vector: torch.Tensor | None = None,
                ref_codes: torch.Tensor | None = None) -> torch.Tensor:
     """[L, H] prefill embeddings. speaker_vector [H] fills the SPEAKER slot; ref_codes [K, 16]
-    fills the reference-frame positions."""
-    text = torch.tensor(plan.text_ids, dtype=torch.long, device=device)       # [L]
-    codec = torch.tensor(plan.codec_ids, dtype=torch.long, device=device)     # [L]
-    frames = torch.tensor(plan.ref_frames, dtype=torch.long, device=device)   # [L]
+    fills the reference-frame positions. ValueError (before any device work) when the plan needs
+    an input that is missing."""
+    groups = plan_groups(plan)
+    check_plan_inputs(groups, hidden_size=hidden_size, speaker_vector=speaker_vector, ref_codes=ref_codes)
+    index = _device_groups(groups, device)
     out = torch.zeros(len(plan), hidden_size, dtype=dtype, device=device)     # [L, H]
 
-    has_text = text != NO_TEXT
-    if has_text.any():
-        out[has_text] += embedder.embed_text(text[has_text]).to(dtype)
-    has_codec = codec >= 0
-    if has_codec.any():
-        out[has_codec] += embedder.embed_codec(codec[has_codec]).to(dtype)
-
-    is_speaker = codec == SPEAKER
-    if is_speaker.any():
-        if speaker_vector is None:
-            raise ValueError("the prompt has a speaker slot but no speaker vector was given")
-        if speaker_vector.shape != (hidden_size,):
-            raise ValueError(f"speaker vector must be [{hidden_size}], got {list(speaker_vector.shape)}")
-        out[is_speaker] += speaker_vector.to(device=device, dtype=dtype)
-
-    has_frame = frames >= 0
-    if has_frame.any():
-        if ref_codes is None:
-            raise ValueError("the prompt has reference-frame positions but no reference codes were given")
-        codes = ref_codes.to(device=device, dtype=torch.long)[frames[has_frame]]   # [K, 16]
-        out[has_frame] += embedder.embed_frame(codes).to(dtype)
-    unused = (codec == NO_CODEC) & ~has_text & ~has_frame
-    if unused.any():
-        raise ValueError("prompt plan has positions with neither text nor codec input")
+    # `out[pos] += x` is a gather, an add and a scatter: the same kernels the mask form ran, so the
+    # sums round the same way; positions within a group are distinct, so the scatter is exact.
+    if groups.text_pos.size:
+        out[index["text_pos"]] += embedder.embed_text(index["text_ids"]).to(dtype)
+    if groups.codec_pos.size:
+        out[index["codec_pos"]] += embedder.embed_codec(index["codec_ids"]).to(dtype)
+    if groups.speaker_pos.size:
+        out[index["speaker_pos"]] += to_device_async(speaker_vector, device).to(dtype)
+    if groups.frame_pos.size:
+        codes = to_device_async(ref_codes, device).to(torch.long)[index["frame_ids"]]   # [Nf, 16]
+        out[index["frame_pos"]] += embedder.embed_frame(codes).to(dtype)
     return out
