@@ -183,3 +183,28 @@ def test_admit_names_who_starts_and_leaves_the_codes_as_step_alone_gives(engine)
     assert 2 in next(a for a in admitted if a and a != [0, 1])   # named when a slot freed, not before
     for i, codes in expected.items():
         assert np.array_equal(got.codes(i), codes), f"request {i} differs with admit() before step()"
+
+
+def test_first_frame_leaves_in_the_prefill_phase_before_the_running_streams_decode(engine):
+    """The server sends prefill_phase()'s outputs before decode_phase() runs: a stream that arrives
+    while others decode gets its first frame out one decode step sooner, with the same codes."""
+    expected = {i: alone(engine, f"p{i}", text_ids(i, 6), 60 + i) for i in range(2)}
+    phased = make_engine(max_slots=4)
+    add(phased, 0, text_ids(0, 6), 60)
+    got = Collector()
+    got.take(phased.step())
+    got.take(phased.step())                       # stream 0 is decoding
+    add(phased, 1, text_ids(1, 6), 61)
+    decoded_before = phased.stats.num_decode_steps
+    first = phased.prefill_phase()
+    assert phased.stats.num_decode_steps == decoded_before   # no decode step ran yet
+    by_id = {out.request_id: out for out in first}
+    assert list(by_id) == [1] and len(by_id[1].codes) == 1 and by_id[1].seq == 0
+    got.take(first)
+    rest = phased.decode_phase()
+    assert phased.stats.num_decode_steps == decoded_before + 1 and 0 in {out.request_id for out in rest}
+    got.take(rest)
+    run_until_idle(phased, got)
+    for i, codes in expected.items():
+        assert np.array_equal(got.codes(i), codes), f"request {i} differs when stepped in two phases"
+    phased.scheduler.check_invariants()

@@ -140,7 +140,12 @@ class TalkerServer:
             if can_step:   # clones that start now get their vocoder primed during this step
                 self.emitter.open_primed(self.engine.admit())
         if can_step:
-            outs = self.engine.step()   # the lock is free: heartbeats leave while this runs
+            # the lock is free while the engine runs: heartbeats leave meanwhile
+            first_frames = self.engine.prefill_phase()
+            if first_frames:   # new streams' first frames go to the vocoders before the decode step
+                with self.sockets_lock:
+                    self.emitter.emit(first_frames)
+            outs = self.engine.decode_phase()
             if self.config.debug_step_delay_s > 0:
                 time.sleep(self.config.debug_step_delay_s)
         with self.sockets_lock:
