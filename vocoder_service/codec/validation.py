@@ -6,6 +6,7 @@ the problem and has touched no state.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
@@ -80,8 +81,6 @@ def check_step_arrays(codes, slots, lengths, num_quantizers: int, codebook_size:
     The service runs it before every decode: on numpy a batch-1 check costs ~20 us where the torch
     version costs ~130 us (a dozen tiny CPU tensor ops), which is 7% of a compiled first chunk.
     """
-    import numpy as np
-
     for name, value, ndim in (("codes", codes, 3), ("slots", slots, 1), ("lengths", lengths, 1)):
         if not isinstance(value, np.ndarray):
             raise ValueError(f"{name} must be a numpy array, got {type(value).__name__}")
