@@ -5,8 +5,9 @@ A decode step is hundreds of small kernels; Inductor fuses each conv's elementwi
 (`benchmarks/probe_vocoder_compile.py`, results 2026-11-25-vocoder-compile-h200.md):
 - batch 1 x 1 frame (a lone stream's first chunk): replay 1.68 ms compiled vs 2.97 ms plain,
   for ~40 s of compile on a cold Inductor cache and ~5 s with a warm one;
-- batch 64-256 x 25 frames (steady chunks): +21-23% audio-s/s (2759 vs 2274 at 64) from one
-  dynamic-shape compile that every batch size >= 2 shares, for ~2.6 min cold / ~35 s warm.
+- batch 64-256 x 25 frames (steady chunks): +21-23% audio-s/s (2759 vs 2274 at 64) from a
+  compile whose batch dimension is symbolic, shared by every batch size >= 2 (measured when it
+  still compiled twice: ~3 min cold / ~35 s warm; once, as now, should save about half).
 Hence two independent choices: small shapes get a static compile each (`max_row_frames`: every
 captured shape with rows x frames at most this), and listed frame counts get one dynamic-shape
 compile for all their batch sizes >= 2 (`dynamic_batch_frames`). Everything else replays the plain
@@ -38,13 +39,26 @@ def compile_step(step: StepBody, mode: str = "default", dynamic: bool = False,
                  compiler: Compiler | None = None) -> StepBody:
     """A torch.compile of `step` (same signature).
 
-    Dynamo caches compiled code per Python code object, so the static and the dynamic-shape
-    compile each wrap the step in a function of their own: a 1 x 1 call never lands on the
-    dynamic entry's code, nor a batch-64 call on a static specialisation.
+    static (dynamic=False): one specialisation per shape. dynamic: the batch dimension is symbolic
+    from the first call and the frame count stays static. (torch.compile(dynamic=True) gave the
+    first batch size code of its own and compiled again for the next one: ~90 s more of cold
+    start-up on the H200, measured for 2 x 25 then 4 x 25; marking the batch dimension compiles once.)
+    Dynamo caches compiled code per Python code object, so each kind wraps the step in a function
+    of its own: a 1 x 1 call never lands on the dynamic entry's code, nor a batch-64 call on a
+    static specialisation.
     """
     _lift_recompile_limit()
-    entry = _dynamic_entry(step) if dynamic else _static_entry(step)
-    return (compiler or torch.compile)(entry, mode=mode, dynamic=dynamic)
+    compile_fn = compiler or torch.compile
+    if not dynamic:
+        return compile_fn(_static_entry(step), mode=mode, dynamic=False)
+    compiled = compile_fn(_dynamic_entry(step), mode=mode, dynamic=None)
+
+    def batch_dynamic_step(codes, slots, lengths):
+        for tensor in (codes, slots, lengths):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)   # rows: any count >= 2 shares the code
+        torch._dynamo.mark_static(codes, 2)               # frames: one specialisation per count
+        return compiled(codes, slots, lengths)
+    return batch_dynamic_step
 
 
 def _static_entry(step: StepBody) -> StepBody:

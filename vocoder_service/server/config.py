@@ -56,8 +56,9 @@ class VocoderServiceConfig:
     # rows x frames get a static compile each; -1 auto: 1 on CUDA (a lone stream's 1-frame first
     # chunk: 2.97 -> 1.68 ms on the H200, ~40 s of start-up on a cold cache, ~5 s warm), 0 elsewhere
     compile_max_row_frames: int = -1
-    # steady chunk sizes whose graphs of >= 2 rows share one dynamic-shape compile (25: +21% audio-s/s
-    # at batch 64 on the H200, for ~2.6 min of start-up on a cold cache, ~35 s warm); empty: none
+    # steady chunk sizes whose graphs of >= 2 rows share one compile, batch dimension symbolic (25: +21%
+    # per graph at batch 64 on the H200; ~3 min of cold start-up measured while it compiled twice,
+    # ~35 s warm); empty: none
     compile_dynamic_frames: tuple[int, ...] = ()
     # where Inductor and Triton keep compiled kernels (mount it to keep them across restarts);
     # empty: their defaults (/tmp/torchinductor_<user>, ~/.triton/cache)
