@@ -113,7 +113,8 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None
                   "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s,
                   "cudnn_benchmark_min_row_frames": min_row_frames,
                   "num_cudnn_benchmarked": len(cap.cudnn_benchmarked),
-                  "compile_plan": plan.describe() if plan is not None else None, "compiled": cap.compiled}
+                  "compile_plan": plan.describe() if plan is not None else None, "compiled": cap.compiled,
+                  "compile_failed": cap.compile_failed}
     # Warm-up: every (batch, frames) bucket once, so kernel compilation is not timed.
     for bs in batch_buckets(max_slots):
         for t in policy.frame_buckets():

@@ -135,3 +135,38 @@ def test_cache_dir_points_inductor_and_triton_there(tmp_path, monkeypatch):
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "compile" / "triton")
     assert (tmp_path / "compile" / "triton").is_dir()
+
+
+def test_a_failing_compile_falls_back_to_the_plain_step_once_per_kind(model, caplog):
+    """A compiler that cannot run (no C compiler for Triton, an Inductor error) must not stop the
+    vocoder: the shapes of that kind are captured with the plain step, the failure is reported and
+    logged, and it is not tried again for the next shape of the kind."""
+    decoder = StreamingDecoder(model, max_slots=4)
+    attempts = []
+
+    def half_broken_compiler(fn, mode, dynamic):
+        if dynamic is not False:
+            return fn                      # the dynamic kind compiles fine
+
+        def broken(codes, slots, lengths):
+            attempts.append(tuple(codes.shape))
+            raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.\nmore")
+        return broken
+
+    plan = CompilePlan(decoder.step_unchecked, max_row_frames=2, dynamic_batch_frames=(4,),
+                       compiler=half_broken_compiler)
+    table = GraphTable(decoder, emulate=True, compile_plan=plan)
+    with caplog.at_level("WARNING"):
+        report = table.capture([1, 2], [1, 2, 4], BUDGET_BYTES)
+    assert attempts == [(1, 16, 1)]                                   # tried once, at the first static shape
+    assert report.compile_failed == {"static": "RuntimeError: Failed to find C compiler. Please specify via CC "
+                                               "environment variable."}
+    assert "static compile of the decode step failed at 1x1" in caplog.text
+    for shape in [(1, 1), (1, 2), (2, 1)]:                            # static shapes: the plain step
+        assert table.steps[shape].body == decoder.step_unchecked
+    assert table.steps[(2, 4)].body.__name__ == "batch_dynamic_step"
+    assert {k: v["kind"] for k, v in report.compiled.items()} == {"2x4": "dynamic"}
+    codes = random_codes(1, 3, seed=3, codebook_size=model.config.codebook_size).numpy()
+    streamed = [table.find(1, 1).run(codes[:, :, i:i + 1], np.array([0]), np.array([1])) for i in range(3)]
+    whole = StreamingDecoder(model, max_slots=4).step(torch.from_numpy(codes), [0]).float().numpy()
+    np.testing.assert_allclose(np.concatenate(streamed, axis=1), whole, rtol=0, atol=1e-5)

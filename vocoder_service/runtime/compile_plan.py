@@ -106,6 +106,7 @@ class CompilePlan:
         self.compiler = compiler
         self._static: StepBody | None = None     # one compile object, one specialisation per shape
         self._dynamic: StepBody | None = None    # one compile object shared by every batch size >= 2
+        self.failed: dict[str, str] = {}          # kind -> why compiling it failed (GraphTable falls back)
 
     @property
     def is_empty(self) -> bool:
@@ -133,4 +134,4 @@ class CompilePlan:
 
     def describe(self) -> dict:
         return {"max_row_frames": self.max_row_frames, "dynamic_batch_frames": list(self.dynamic_batch_frames),
-                "mode": self.mode}
+                "mode": self.mode, "failed": dict(self.failed)}

@@ -161,6 +161,7 @@ class CaptureReport:
     cudnn_benchmarked: list[tuple[int, int]] = field(default_factory=list)   # captured with timed conv picks
     # "BxT" -> {"kind": "static" | "dynamic", "s": seconds to compile (if first of its kind) and capture}
     compiled: dict[str, dict] = field(default_factory=dict)
+    compile_failed: dict[str, str] = field(default_factory=dict)   # kind -> why its compile failed
     graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
     allocated_bytes: int = 0         # growth of allocated memory (static inputs and outputs)
     capture_s: float = 0.0
@@ -203,15 +204,17 @@ class GraphTable:
                 )
                 break
             shape_started = time.perf_counter()
-            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, self.body_for(*shape),
+            body, kind = self._body_and_kind(shape)
+            self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, body,
                                              cudnn_benchmark=self.uses_cudnn_benchmark(*shape))
             report.captured.append(shape)
-            kind = self.compile_plan.kind_for(*shape) if self.compile_plan is not None else "plain"
             if kind != "plain":
                 report.compiled[f"{shape[0]}x{shape[1]}"] = {"kind": kind, "s": time.perf_counter() - shape_started}
             if self.uses_cudnn_benchmark(*shape):
                 report.cudnn_benchmarked.append(shape)
         self._lookup.clear()
+        if self.compile_plan is not None:
+            report.compile_failed = dict(self.compile_plan.failed)
         report.graph_memory_bytes = memory.reserved_growth()
         report.allocated_bytes = memory.allocated_growth()
         report.capture_s = time.perf_counter() - started
@@ -221,10 +224,29 @@ class GraphTable:
         )
         return report
 
-    def body_for(self, batch_size: int, num_frames: int) -> StepBody | None:
-        """The compiled step the plan names for this shape, else the table's body (None: the plain step)."""
-        compiled = self.compile_plan.body_for(batch_size, num_frames) if self.compile_plan is not None else None
-        return compiled or self.body
+    def _body_and_kind(self, shape: tuple[int, int]) -> tuple[StepBody | None, str]:
+        """What to capture for `shape`: the compiled step the plan names ("static" / "dynamic"), or
+        the table's body ("plain"; None: the decoder's step). A compiled step compiles on its first
+        call, here, outside any capture; if that fails (no C compiler for Triton, an Inductor error)
+        the shape, and every later one of that kind, takes the plain step, with a warning: a start
+        with slower graphs beats no start."""
+        plan = self.compile_plan
+        kind = plan.kind_for(*shape) if plan is not None else "plain"
+        if kind == "plain" or kind in plan.failed:
+            return self.body, "plain"
+        compiled = plan.body_for(*shape)
+        batch_size, num_frames = shape
+        device = self.decoder.device
+        try:   # every row on the scratch slot with length 0: no state moves
+            compiled(torch.zeros((batch_size, self.decoder.num_quantizers, num_frames), dtype=torch.int64, device=device),
+                     torch.full((batch_size,), self.decoder.scratch_slot, dtype=torch.int64, device=device),
+                     torch.zeros(batch_size, dtype=torch.int64, device=device))
+        except Exception as exc:  # noqa: BLE001 (any compiler failure: fall back, say why)
+            plan.failed[kind] = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+            logger.warning("the %s compile of the decode step failed at %dx%d (%s): those graphs replay the "
+                           "plain step", kind, batch_size, num_frames, plan.failed[kind])
+            return self.body, "plain"
+        return compiled, kind
 
     def uses_cudnn_benchmark(self, batch_size: int, num_frames: int) -> bool:
         threshold = self.cudnn_benchmark_min_row_frames

@@ -45,6 +45,8 @@ def load_runner(config: VocoderServiceConfig) -> DecoderRunner:
                                        cudnn_benchmark_min_row_frames=config.cudnn_benchmark_min_row_frames)
         if report.compiled:
             logger.info("compiled decode graphs (kind, seconds to ready): %s", report.compiled)
+        if report.compile_failed:
+            logger.warning("serving with plain graphs where compiling failed: %s", report.compile_failed)
     return runner
 
 
