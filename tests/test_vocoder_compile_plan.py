@@ -131,7 +131,7 @@ def test_service_config_resolves_the_plan():
 def test_cache_dir_points_inductor_and_triton_there(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    use_cache_dir(tmp_path / "compile")
+    assert use_cache_dir(tmp_path / "compile") == tmp_path / "compile"
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "compile" / "triton")
     assert (tmp_path / "compile" / "triton").is_dir()
@@ -170,3 +170,17 @@ def test_a_failing_compile_falls_back_to_the_plain_step_once_per_kind(model, cap
     streamed = [table.find(1, 1).run(codes[:, :, i:i + 1], np.array([0]), np.array([1])) for i in range(3)]
     whole = StreamingDecoder(model, max_slots=4).step(torch.from_numpy(codes), [0]).float().numpy()
     np.testing.assert_allclose(np.concatenate(streamed, axis=1), whole, rtol=0, atol=1e-5)
+
+
+def test_an_unwritable_cache_dir_falls_back_to_the_temp_dir(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with caplog.at_level("WARNING"):
+        used = use_cache_dir(blocker / "compile")        # cannot be made: its parent is a file
+    assert used == tmp_path / "tmp" / "qwen3-tts-compile" and (used / "triton").is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(used)
+    assert "cannot be written" in caplog.text

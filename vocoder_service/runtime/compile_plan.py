@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -80,14 +81,30 @@ def _lift_recompile_limit() -> None:
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), RECOMPILE_LIMIT))
 
 
-def use_cache_dir(path: str | Path) -> None:
+def use_cache_dir(path: str | Path) -> Path:
     """Keep Inductor's and Triton's on-disk caches under `path`, so a restart (or another replica
-    with the same folder mounted) loads compiled kernels instead of compiling them again."""
+    with the same folder mounted) loads compiled kernels instead of compiling them again; -> the
+    folder used. One that cannot be written (a read-only model volume) must not stop the start:
+    the caches then go to a folder under the temp dir, with a warning."""
     root = Path(path).expanduser()
-    (root / "triton").mkdir(parents=True, exist_ok=True)
+    try:
+        _make_writable_dir(root)
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / "qwen3-tts-compile"
+        logger.warning("compile cache %s cannot be written (%s); using %s, which a restart of this "
+                       "container does not keep", root, exc, fallback)
+        root = fallback
+        _make_writable_dir(root)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root)
     os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
     logger.info("compile caches under %s", root)
+    return root
+
+
+def _make_writable_dir(root: Path) -> None:
+    (root / "triton").mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=root):   # mkdir succeeds on an existing read-only folder
+        pass
 
 
 class CompilePlan:
