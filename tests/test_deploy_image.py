@@ -98,6 +98,17 @@ def test_entrypoint_role_reaches_the_service_cli(role):
     assert "--grpc-port" in done.stdout
 
 
+def test_entrypoint_moves_an_unwritable_triton_cache_to_tmp(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a read-only volume stands in here: nothing can be made under a file")
+    done = run_entrypoint("vocoder", "--help", TRITON_CACHE_DIR=str(blocker / "triton"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cannot be written; Triton's kernel cache goes to /tmp/triton" in done.stderr
+    writable = tmp_path / "cache" / "triton"
+    done = run_entrypoint("vocoder", "--help", TRITON_CACHE_DIR=str(writable))
+    assert done.returncode == 0 and "cannot be written" not in done.stderr and writable.is_dir()
+
+
 def test_entrypoint_rejects_an_unknown_role():
     done = run_entrypoint("vocodr", "--help")
     assert done.returncode == 64 and "vocodr" in done.stderr

@@ -19,6 +19,15 @@ case "$role" in
     ;;
 esac
 shift
+# Triton keeps compiled kernels in TRITON_CACHE_DIR (the image: /cache/triton, on the volume, so a
+# restart skips compiling). A read-only volume (a pre-seeded model claim) would make every kernel
+# build fail and fall back to slow paths: send the cache to the container's temp dir instead.
+if [ -n "${TRITON_CACHE_DIR:-}" ] && [ "$module" != healthcheck ]; then
+  if ! { mkdir -p "$TRITON_CACHE_DIR" 2>/dev/null && [ -w "$TRITON_CACHE_DIR" ]; }; then
+    echo "qwen3-tts: $TRITON_CACHE_DIR cannot be written; Triton's kernel cache goes to /tmp/triton" >&2
+    export TRITON_CACHE_DIR=/tmp/triton
+  fi
+fi
 if [ "$module" = healthcheck ]; then
   exec "$PYTHON" "${QWEN3_TTS_HEALTHCHECK:-/opt/qwen3-tts/healthcheck.py}" "$@"
 fi
