@@ -9,7 +9,8 @@ the decode loop is that thread and the voice encoder thread the victim: clone re
 for the running streams to end (0.8-1 s) before their encoding could finish.
 
 So the loop and the encoders read results back the way the vocoder does: an asynchronous copy
-into pinned memory, then an event wait, which holds nothing the other threads need.
+into pinned memory, then an event wait, which holds nothing the other threads need. The other
+direction (`to_device_async`) does not wait for the device's queue at all.
 """
 from __future__ import annotations
 
@@ -30,3 +31,15 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
     done.record(torch.cuda.current_stream(tensor.device))
     done.synchronize()
     return host.numpy()
+
+
+def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device` without waiting for the device's queue. non_blocking is safe from
+    pageable memory only: cudaMemcpyAsync stages a pageable buffer before it returns, so the source
+    may change or go at once. A pinned source is read later by the DMA, so it is copied to pageable
+    memory first (an x-vector can be a view of a pinned read-back buffer, see to_host)."""
+    if host.device.type != "cpu" or device.type != "cuda":
+        return host.to(device)
+    if host.is_pinned():
+        host = host.clone()
+    return host.to(device, non_blocking=True)

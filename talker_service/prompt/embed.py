@@ -19,6 +19,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from talker_service.host_copy import to_device_async
+
 from .layout import NO_CODEC, NO_TEXT, SPEAKER, PromptPlan
 
 
@@ -79,18 +81,6 @@ def check_plan_inputs(groups: PlanGroups, *, hidden_size: int,
                              f"but only {ref_codes.shape[0]} reference frames were given")
     if groups.num_unused:
         raise ValueError("prompt plan has positions with neither text nor codec input")
-
-
-def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CPU tensor on `device` without waiting for the device's queue. non_blocking is safe from
-    pageable memory only: cudaMemcpyAsync stages a pageable buffer before it returns, so the source
-    may change or go at once. A pinned source is read later by the DMA, so it is copied to pageable
-    memory first (an x-vector can be a view of a pinned read-back buffer, see host_copy.to_host)."""
-    if host.device.type != "cpu" or device.type != "cuda":
-        return host.to(device)
-    if host.is_pinned():
-        host = host.clone()
-    return host.to(device, non_blocking=True)
 
 
 def _device_groups(groups: PlanGroups, device: torch.device) -> dict[str, torch.Tensor]:
