@@ -72,11 +72,21 @@ def common_levels(a_runs: list[dict], b_runs: list[dict]) -> list[int]:
     return sorted(levels(a_runs) & levels(b_runs))
 
 
+def load_shape(run: dict) -> tuple[bool, int | None]:
+    """What must match for two runs' TTFA to compare: staggered or burst starts (runs written
+    before the option existed started in bursts) and the utterance length."""
+    return bool(run.get("stagger_starts", False)), run.get("frames_per_utterance")
+
+
 def compare(a_runs: list[dict], b_runs: list[dict], tolerance: float = 0.10) -> dict:
     """Per level: both groups' summaries and the verdict on the pooled p50; the lone-stream row
     compares the medians over the passes. `all_within` covers every compared row."""
     if not a_runs or not b_runs:
         raise ValueError("each group needs at least one run")
+    shapes = {load_shape(run) for run in a_runs + b_runs}
+    if len(shapes) > 1:
+        raise ValueError("the runs differ in load shape (stagger_starts, frames_per_utterance): "
+                         f"{sorted(shapes, key=str)}; compare like with like")
     levels = []
     for concurrency in common_levels(a_runs, b_runs):
         a, b = level_summary(a_runs, concurrency), level_summary(b_runs, concurrency)

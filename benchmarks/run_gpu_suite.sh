@@ -18,7 +18,9 @@
 #   e2e-registered-vs-speaker  issue #14: a registered voice (Base, x-vector only) against a
 #                            CustomVoice speaker, COMPARE_PASSES (3) passes of both, each bench_e2e
 #                            starting its own stack, 4 x concurrency streams per level; then
-#                            compare_e2e_runs.py writes compare.json / compare.md
+#                            compare_e2e_runs.py writes compare.json / compare.md; COMPARE_STAGGER=1
+#                            spreads each level's first streams over a lone stream's wall time
+#                            (bench_e2e --stagger-starts) instead of starting them in one burst
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
 #                            vocoders GPU 1), e2e at concurrency 64 and 256
 # Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
@@ -85,8 +87,10 @@ e2e_clone() {
 # Issue #14 asks that a registered voice costs what a CustomVoice speaker costs (TTFA within 10% at
 # every level). The two need different checkpoints, so they never share a stack: each pass runs
 # one stack per workload, one after the other. One pass's level median moves by up to 20 ms
-# between runs of the same code, hence several passes and 4 x concurrency streams per level; the
-# verdict is on the TTFA pooled over every stream of every pass.
+# between runs of the same code (where each burst of arrivals lands against the talker's steps),
+# hence several passes, 4 x concurrency streams per level and, with COMPARE_STAGGER=1, arrivals
+# spread out as in a service's steady state; the verdict is on the TTFA pooled over every stream
+# of every pass.
 e2e_registered_vs_speaker() {
   random_checkpoint; base_checkpoint
   rm -f "$OUT"/compare-*-pass*.json   # files of an earlier run would join this one's groups
@@ -97,7 +101,8 @@ e2e_registered_vs_speaker() {
       echo "== pass $pass: $workload ($model)" | tee -a "$OUT/compare.log"
       python3 benchmarks/bench_e2e.py --model "$model" --device cuda --workload "$workload" \
         --concurrency "${COMPARE_LEVELS:-1,4,8,16,32,64}" --streams-factor "${COMPARE_STREAMS_FACTOR:-4}" \
-        --single-repeats 16 --out "$OUT/compare-$workload-pass$pass.json" 2>&1 | tee -a "$OUT/compare.log"
+        --single-repeats 16 ${COMPARE_STAGGER:+--stagger-starts} --out "$OUT/compare-$workload-pass$pass.json" 2>&1 \
+        | tee -a "$OUT/compare.log"
     done
   done
   # only the passes that wrote a result (a failed one leaves no file)

@@ -13,16 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("workload", ["custom-voice", "clone-icl"])
-def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload):
+@pytest.mark.parametrize("workload, stagger", [("custom-voice", False), ("clone-icl", True)])
+def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload, stagger):
     out = tmp_path / "e2e.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
-                           "--workload", workload], cwd=ROOT, capture_output=True, text=True, timeout=280)
+                           "--workload", workload] + (["--stagger-starts"] if stagger else []),
+                          cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["workload"] == workload and result["model"] == ("tiny-base" if workload == "clone-icl" else
                                                                    "tiny-custom-voice")
     assert [row["concurrency"] for row in result["levels"]] == [1, 2]
+    assert result["stagger_starts"] is stagger
+    # staggered: the first streams spread over the warm-up stream's wall time; else a burst
+    assert all((row["stagger_period_s"] > 0) is stagger for row in result["levels"])
     single = result["single_stream"]   # the first request after start, then the steady values
     assert single["first"]["ttfa_ms"] > 0 and single["first"]["client_ttfa_ms"] > 0
     for mode in ("steady_words", "steady_whole_text"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_e2e import streams_for_level
+from benchmarks.bench_e2e import start_offsets_s, streams_for_level
 from benchmarks.compare_e2e_runs import (common_levels, compare, level_summary, lone_stream_summary, markdown,
                                          verdict)
 
@@ -119,3 +119,22 @@ def test_streams_per_level_is_the_factor_times_concurrency_unless_given():
     assert streams_for_level(8, streams_per_level=5, streams_factor=4) == 5
     with pytest.raises(ValueError):
         streams_for_level(8, streams_factor=0)
+
+
+def test_staggered_starts_spread_the_first_streams_evenly_over_the_period():
+    assert start_offsets_s(4, 0.0) == [0.0] * 4          # the default: a burst
+    assert start_offsets_s(4, 2.0) == [0.0, 0.5, 1.0, 1.5]
+    assert start_offsets_s(1, 3.0) == [0.0]
+    with pytest.raises(ValueError, match="stagger period"):
+        start_offsets_s(4, -1.0)
+
+
+def test_runs_of_different_load_shapes_are_refused():
+    burst, staggered = run({4: [10.0, 11.0]}), dict(run({4: [10.0, 11.0]}), stagger_starts=True)
+    assert compare([burst], [dict(burst, stagger_starts=False)])["all_within"]   # absent = a burst
+    with pytest.raises(ValueError, match="load shape"):
+        compare([burst], [staggered])
+    with pytest.raises(ValueError, match="load shape"):
+        compare([staggered, burst], [staggered])
+    with pytest.raises(ValueError, match="load shape"):
+        compare([dict(burst, frames_per_utterance=125)], [dict(burst, frames_per_utterance=50)])
