@@ -666,6 +666,74 @@ def test_write_kv_fake_matches_real():
 
 
 # ---------------------------------------------------------------------------------------------
+# The model's cache stores on the Triton route (interpreter child) vs the eager route
+
+
+def _model_decode_run() -> dict:
+    """A 2-layer bf16 stack (4 heads, 2 KV heads, head_dim 16) with seeded weights through the model's
+    own KV stores: a slot prefill (plain op), a talker decode step over SlotDecodeView (rows [2, 0]
+    at positions [5, 3]) and a code-predictor frame's first two steps over FrameKVCache (offset 0 with
+    2 tokens, then offset 2). -> outputs and both caches."""
+    from talker_service.model.config import DecoderStackConfig
+    from talker_service.model.kv_cache import FrameKVCache, SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
+    from talker_service.model.layers import DecoderStack
+
+    config = DecoderStackConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=16, vocab_size=32, num_code_groups=16,
+                                rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False)
+    gen = torch.Generator().manual_seed(31)
+    stack = DecoderStack(config)
+    with torch.no_grad():
+        for param in stack.parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            # O(1) activations: matrices scaled by 1/sqrt(fan_in), norm weights around 1
+            param.copy_(noise / param.shape[1] ** 0.5 if param.dim() == 2 else 1.0 + 0.25 * noise)
+    stack = stack.to(torch.bfloat16).eval()
+    stack.fuse_projections()
+    cos_table, sin_table = rope_tables(16, 10000.0, 16, torch.bfloat16, "cpu")
+    out = {}
+    with torch.no_grad():
+        cache = SlotKVCache(2, 4, 2, 8, 16, torch.bfloat16, "cpu")
+        for slot, length in ((0, 3), (2, 5)):
+            x = torch.randn(1, length, 64, generator=gen).to(torch.bfloat16)
+            view = SlotPrefillView(cache, torch.tensor([slot]), 0, length)
+            out[f"prefill{slot}"] = stack.run(x, cos_table[None, :length], sin_table[None, :length], view,
+                                              causal_mask(0, length, "cpu"))
+        slots, positions = torch.tensor([2, 0]), torch.tensor([5, 3])
+        x = torch.randn(2, 1, 64, generator=gen).to(torch.bfloat16)
+        out["decode"] = stack.run(x, cos_table[positions][:, None], sin_table[positions][:, None],
+                                  SlotDecodeView(cache, slots, positions), None)
+        out["slot_cache"] = (cache.k, cache.v)
+
+        frame = FrameKVCache(2, 3, 2, 16, 16, torch.bfloat16, "cpu")
+        frame.k.fill_(SENTINEL)   # empty() in the model: only the written positions are ever read
+        frame.v.fill_(SENTINEL)
+        for offset, length, mask in ((0, 2, causal_mask(0, 2, "cpu")), (2, 1, None)):
+            frame.offset = offset
+            x = torch.randn(3, length, 64, generator=gen).to(torch.bfloat16)
+            cos = cos_table[offset:offset + length].expand(3, length, -1)
+            sin = sin_table[offset:offset + length].expand(3, length, -1)
+            out[f"frame{offset}"] = stack.run(x, cos, sin, frame, mask)
+        out["frame_cache"] = (frame.k, frame.v)
+    return out
+
+
+def test_model_cache_stores_on_the_triton_route_equal_the_eager_route(interpreted, fresh_dispatcher):
+    """Bit for bit in bf16: the stores hand the kernel the right cache, rows and positions (the
+    predictor's an expanded offset), prefill and decode agree on where keys live, and the frame
+    cache is written at offsets 0, 1 and 2 only."""
+    _, outputs, _ = interpreted
+    assert outputs["model_info"]["write_kv_calls"] == 2 * (1 + 2) and outputs["model_info"]["plain_calls"] == 2 * 2
+    eager = _model_decode_run()
+    for name, want in eager.items():
+        got = outputs[f"model/{name}"]
+        for g, w in zip(got, want) if isinstance(want, tuple) else ((got, want),):
+            assert torch.equal(g, w), f"{name}: {int((g != w).sum())} of {g.numel()} elements differ"
+    frame_k = eager["frame_cache"][0]
+    assert (frame_k[:, :, :, :3] != SENTINEL).all() and (frame_k[:, :, :, 3:] == SENTINEL).all()
+
+
+# ---------------------------------------------------------------------------------------------
 # Ahead-of-time compile for Hopper (no GPU needed)
 
 
@@ -739,7 +807,27 @@ def _run_child(work_dir: Path) -> None:
     for name, block_h in FORCED:
         outputs[f"forced/{name}/bh{block_h}"] = qk_norm_rope_triton(*cases[name], EPS, block_h=block_h)
     _run_write_child(outputs)
+    _run_model_child(outputs)
     save_child_results(work_dir, outputs, qkr, is_interpreting())
+
+
+def _run_model_child(outputs: dict) -> None:
+    """The model's stores with both ops on the Triton route, counting the launcher calls."""
+    from kernels import qk_norm_rope_triton as qkt
+
+    calls = {"write_kv_calls": 0, "plain_calls": 0}
+
+    def counted(launcher, key):
+        def launch(*args):
+            calls[key] += 1
+            return launcher(*args)
+        return launch
+
+    qkr._write_kv_route.launcher = counted(qkt.qk_norm_rope_write_kv_triton, "write_kv_calls")
+    qkr._route.launcher = counted(qkt.qk_norm_rope_triton, "plain_calls")
+    for name, value in _model_decode_run().items():
+        outputs[f"model/{name}"] = value
+    outputs["model_info"] = calls
 
 
 def _run_write_child(outputs: dict) -> None:
