@@ -132,11 +132,11 @@ class FrameKVCache:
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.offset = 0
-        self.rows = torch.arange(batch_size, device=device)        # [bs]: batch row b is cache row b
-        self.positions = torch.arange(num_positions, device=device)  # [16]: positions[offset] is offset
+        self.rows = torch.arange(batch_size, device=device)                # [bs]: batch row b is cache row b
+        self.position_table = torch.arange(num_positions, device=device)   # [16]: entry p is position p
 
     def write_target(self, layer_idx: int) -> KVWriteTarget:
-        start = self.positions[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
+        start = self.position_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
         return KVWriteTarget(self.k[layer_idx], self.v[layer_idx], self.rows, start)
 
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
