@@ -1,37 +1,56 @@
-"""QK-norm + RoPE dispatcher: one custom op, qwen3tts::qk_norm_rope, backed by the fused Triton kernel
-where it can run and by the eager reference elsewhere. torch.compile and dispatch-mode op counters
-see ONE op per attention layer instead of ~24.
+"""QK-norm + RoPE dispatcher: two custom ops backed by the fused Triton kernels
+(kernels/qk_norm_rope_triton.py) where they can run and by the eager reference elsewhere.
+torch.compile and dispatch-mode op counters see ONE op per attention layer instead of ~24 (or ~26
+with the cache writes).
 
-Routing, in order:
+- qwen3tts::qk_norm_rope (qk_norm_rope): q, k -> q_out, k_out; the prefill and chunk paths, whose
+  KV stores write k_out and v themselves.
+- qwen3tts::qk_norm_rope_write_kv (qk_norm_rope_write_kv): q, k, v -> q_out, with K (normalised and
+  rotated) and V (unchanged) written into one layer's KV cache at per-row destinations in the same
+  launch; the decode steps (talker slot cache, code predictor frame cache), where the two cache
+  writes would otherwise be two more launches per layer. It mutates k_cache and v_cache.
+
+Routing, the same for both, in order:
 1. autograd needs gradients of a result -> eager reference, outside the op (the kernel has no backward);
 inside the op:
 2. CPU tensors -> eager reference, unless QWEN3_TTS_QKROPE_CPU_TRITON=1 asks for the Triton path
    (tests set it with TRITON_INTERPRET=1 before triton is imported, so the kernel runs in the
    interpreter; without TRITON_INTERPRET the launch fails and that failure is recorded);
-3. dtype other than fp32/bf16/fp16, q/k/weights/cos/sin not all of one dtype, head_dim not a power
-   of two in [16, 256], or nothing to compute -> eager reference;
+3. dtype other than fp32/bf16/fp16, q/k/weights/cos/sin (and v and the caches) not all of one dtype,
+   head_dim not a power of two in [16, 256], caches whose head_dim is not contiguous, or nothing to
+   compute -> eager reference;
 4. a Triton failure was recorded earlier -> eager reference;
 5. otherwise the Triton launcher. If importing triton, compiling or launching raises, the failure is
    logged once with its traceback, remembered for the life of the process, and this call and every
-   later one use the eager reference.
+   later one use the eager reference. Each op has its own memory (triton_failure,
+   write_kv_triton_failure), so a failure of the cache-writing kernel leaves the plain one in use.
+Argument checks (shapes, devices, index dtypes; metadata only, no host sync) raise ValueError before
+the op. Destination values are not checked (that would sync): rows must lie in [0, S) and positions
++ L in [0, P]; the reference raises on others (or wraps a negative one), the kernel skips them.
 The failure memory, lazy launcher import and device check live in kernels/triton_route.py.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.qk_norm_rope_reference import qk_norm_rope_reference
+from kernels.qk_norm_rope_reference import qk_norm_rope_reference, qk_norm_rope_write_kv_reference
 from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_QKROPE_CPU_TRITON"
 # kernels.qk_norm_rope_triton's limits, repeated so routing never imports triton
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_INDEX_DTYPES = (torch.int64, torch.int32)
 
 _route = TritonRoute("QK-norm+RoPE", "kernels.qk_norm_rope_triton", "qk_norm_rope_triton",
                      CPU_TRITON_ENV, __name__)
+# Its own failure memory: a failure of the cache-writing kernel leaves the plain one in use.
+_write_kv_route = TritonRoute("QK-norm+RoPE+KV write", "kernels.qk_norm_rope_triton", "qk_norm_rope_write_kv_triton",
+                              CPU_TRITON_ENV, __name__)
 triton_failure = _route.triton_failure
 reset_triton_failure = _route.reset_failure
+write_kv_triton_failure = _write_kv_route.triton_failure
+reset_write_kv_triton_failure = _write_kv_route.reset_failure
 
 
 def _check_args(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -50,16 +69,20 @@ def _check_args(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weig
             raise ValueError(f"qk_norm_rope: {name} is on {t.device} but q is on {q.device}")
 
 
-def _wants_triton(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                  cos: torch.Tensor, sin: torch.Tensor) -> bool:
+def _supported_by_kernel(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                         cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Dtypes, head_dim and sizes the kernels handle (both ops' rule 3 for q/k/weights/cos/sin)."""
     if q.dtype not in _TRITON_DTYPES or any(t.dtype != q.dtype for t in (k, q_weight, k_weight, cos, sin)):
         return False
     head_dim = q.shape[-1]
     if head_dim & (head_dim - 1) or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
         return False
-    if q.numel() == 0 or k.numel() == 0:
-        return False
-    return _route.allows(q)
+    return q.numel() > 0 and k.numel() > 0
+
+
+def _wants_triton(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    return _supported_by_kernel(q, k, q_weight, k_weight, cos, sin) and _route.allows(q)
 
 
 def _reference_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -98,3 +121,79 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, q_weight, k_weight, cos, sin)):
         return qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
     return qk_norm_rope_op(q, k, q_weight, k_weight, cos, sin, float(eps))
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache-writing variant (decode steps)
+
+
+def _check_write_kv_args(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         dest_rows: torch.Tensor, dest_positions: torch.Tensor) -> None:
+    batch, _, num_kv_heads, head_dim = k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"qk_norm_rope_write_kv: v {tuple(v.shape)} must have k's shape {tuple(k.shape)}")
+    if k_cache.dim() != 4 or v_cache.shape != k_cache.shape or (k_cache.shape[1], k_cache.shape[3]) != (num_kv_heads, head_dim):
+        raise ValueError(f"qk_norm_rope_write_kv expects k/v caches [S, {num_kv_heads}, P, {head_dim}] of one shape, "
+                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    for name, t in (("dest_rows", dest_rows), ("dest_positions", dest_positions)):
+        if t.shape != (batch,) or t.dtype not in _INDEX_DTYPES:
+            raise ValueError(f"qk_norm_rope_write_kv: {name} must be int64/int32 [{batch}], got {t.dtype} {tuple(t.shape)}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("dest_rows", dest_rows),
+                    ("dest_positions", dest_positions)):
+        if t.device != k.device:
+            raise ValueError(f"qk_norm_rope_write_kv: {name} is on {t.device} but k is on {k.device}")
+
+
+def _wants_triton_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                           k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor) -> bool:
+    if any(t.dtype != q.dtype for t in (v, k_cache, v_cache)):
+        return False
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:  # written in place: the kernel cannot copy them
+        return False
+    return _supported_by_kernel(q, k, q_weight, k_weight, cos, sin) and _write_kv_route.allows(q)
+
+
+def _write_kv_reference_op(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows,
+                           dest_positions) -> torch.Tensor:
+    return qk_norm_rope_write_kv_reference(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache,
+                                           dest_rows, dest_positions).contiguous()
+
+
+@torch.library.custom_op("qwen3tts::qk_norm_rope_write_kv", mutates_args=("k_cache", "v_cache"))
+def qk_norm_rope_write_kv_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                             k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float,
+                             k_cache: torch.Tensor, v_cache: torch.Tensor, dest_rows: torch.Tensor,
+                             dest_positions: torch.Tensor) -> torch.Tensor:
+    """The op body: Triton or reference; q_out is a fresh contiguous tensor, K/V land in the caches."""
+    args = (q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions)
+    return _write_kv_route.run(args, _write_kv_reference_op,
+                               wanted=_wants_triton_write_kv(q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache))
+
+
+@qk_norm_rope_write_kv_op.register_fake
+def _qk_norm_rope_write_kv_fake(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows,
+                                dest_positions):
+    batch, seq_len, num_heads, head_dim = q.shape
+    return q.new_empty((batch, num_heads, seq_len, head_dim), dtype=_result_dtype(q, q_weight, cos, sin))
+
+
+def qk_norm_rope_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                          k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float,
+                          k_cache: torch.Tensor, v_cache: torch.Tensor, dest_rows: torch.Tensor,
+                          dest_positions: torch.Tensor) -> torch.Tensor:
+    """qk_norm_rope for a decode step whose KV store is a cache: q [B, L, H, D], k and v [B, L, KV, D]
+    (any strides, e.g. views of one fused projection), weights [D], cos/sin [B, L, D]; k_cache and
+    v_cache [S, KV, P, D] (one layer of a cache; mutated), dest_rows and dest_positions [B] int64/int32
+    on the device (any stride).
+
+    Writes the normalised+rotated K and V unchanged at [dest_rows[b], :, dest_positions[b] + l] for
+    every token (b, l) and returns q_out [B, H, L, D]: bit for bit qk_norm_rope's q_out, and the cache
+    holds qk_norm_rope's k_out where the KV stores used to write it. No host syncs (capturable)."""
+    _check_args(q, k, q_weight, k_weight, cos, sin)
+    _check_write_kv_args(k, v, k_cache, v_cache, dest_rows, dest_positions)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, q_weight, k_weight, cos, sin)):
+        return qk_norm_rope_write_kv_reference(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache,
+                                               dest_rows, dest_positions)
+    return qk_norm_rope_write_kv_op(q, k, v, q_weight, k_weight, cos, sin, float(eps), k_cache, v_cache,
+                                    dest_rows, dest_positions)

@@ -11,6 +11,15 @@ SMs; with heads spread over programs every program does exactly one load -> comp
 trip and the launch finishes in about one memory latency. When there are many rows the launcher
 folds several heads into one program (BLOCK_H > 1) so programs do not get tiny.
 
+The cache-writing variant (_qk_norm_rope_write_kv_kernel, qk_norm_rope_write_kv_triton) is the
+same launch with a third tile class: q tiles, k tiles, then v tiles. Its k tiles store the
+normalised+rotated K straight into one layer's KV cache [S, KV, P, D] at row dest_rows[b], position
+dest_positions[b] + l (no k_out), and its v tiles copy V unchanged to the same place in the V cache,
+so the attention's two cache writes (an index_put_ or copy_ each) cost no launch of their own.
+Destinations are read on the device (no host sync, capturable in a CUDA graph); one outside the
+cache is skipped, not written (the eager reference would raise or wrap a negative index): callers
+keep them in range.
+
 Each program loads the low and the high half of its heads' rows as two [BLOCK_H, D/2] tiles: the
 NeoX rotation pairs element j with element j + D/2, so with the halves loaded apart the rotation is
 plain elementwise arithmetic (no gather, permute or second load).
@@ -94,6 +103,32 @@ def _norm_rope_heads(
 
 
 @triton.jit
+def _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b, cos_stride_l, sin_stride_b, sin_stride_l,
+                      HALF: tl.constexpr):
+    """cos/sin of token (b, pos) as four fp32 [1, HALF] tiles: cos low/high half, sin low/high half."""
+    cols = tl.arange(0, HALF)
+    cos_row = cos_ptr + b * cos_stride_b + pos * cos_stride_l
+    sin_row = sin_ptr + b * sin_stride_b + pos * sin_stride_l
+    cos_lo = tl.load(cos_row + cols).to(tl.float32)[None, :]
+    cos_hi = tl.load(cos_row + HALF + cols).to(tl.float32)[None, :]
+    sin_lo = tl.load(sin_row + cols).to(tl.float32)[None, :]
+    sin_hi = tl.load(sin_row + HALF + cols).to(tl.float32)[None, :]
+    return cos_lo, cos_hi, sin_lo, sin_hi
+
+
+@triton.jit
+def _copy_heads(x_row, o_row, head0, num_heads, x_stride_h, o_stride_h,
+                BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Copy heads head0..head0+BLOCK_H-1 (those < num_heads) of one token, bits unchanged."""
+    heads = head0 + tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, HEAD_DIM)
+    mask = (heads < num_heads)[:, None]
+    heads64 = heads.to(tl.int64)[:, None]
+    x = tl.load(x_row + heads64 * x_stride_h + cols[None, :], mask=mask)
+    tl.store(o_row + heads64 * o_stride_h + cols[None, :], x, mask=mask)
+
+
+@triton.jit
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
     seq_len, num_q_heads, num_kv_heads, eps,
@@ -109,13 +144,8 @@ def _qk_norm_rope_kernel(
     b = (row // seq_len).to(tl.int64)  # int64: b * stride overflows int32 on long prefills
     pos = (row % seq_len).to(tl.int64)
 
-    cols = tl.arange(0, HALF)
-    cos_row = cos_ptr + b * cos_stride_b + pos * cos_stride_l
-    sin_row = sin_ptr + b * sin_stride_b + pos * sin_stride_l
-    cos_lo = tl.load(cos_row + cols).to(tl.float32)[None, :]
-    cos_hi = tl.load(cos_row + HALF + cols).to(tl.float32)[None, :]
-    sin_lo = tl.load(sin_row + cols).to(tl.float32)[None, :]
-    sin_hi = tl.load(sin_row + HALF + cols).to(tl.float32)[None, :]
+    cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b, cos_stride_l,
+                                                       sin_stride_b, sin_stride_l, HALF)
 
     num_q_tiles = tl.cdiv(num_q_heads, BLOCK_H)
     if tile < num_q_tiles:
@@ -136,6 +166,63 @@ def _qk_norm_rope_kernel(
         )
 
 
+@triton.jit
+def _qk_norm_rope_write_kv_kernel(
+    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, kc_ptr, vc_ptr, rows_ptr, starts_ptr,
+    seq_len, num_q_heads, num_kv_heads, num_cache_rows, num_cache_positions, eps,
+    q_stride_b, q_stride_l, q_stride_h,
+    k_stride_b, k_stride_l, k_stride_h,
+    v_stride_b, v_stride_l, v_stride_h,
+    cos_stride_b, cos_stride_l, sin_stride_b, sin_stride_l,
+    qo_stride_b, qo_stride_h, qo_stride_l,
+    rows_stride, starts_stride,
+    kc_stride_s, kc_stride_h, kc_stride_p,
+    vc_stride_s, vc_stride_h, vc_stride_p,
+    BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+):
+    """Grid (B * L, q tiles + k tiles + v tiles). q as _qk_norm_rope_kernel; K (normalised and
+    rotated) and V (copied) go to the caches at [dest_rows[b], :, dest_positions[b] + l]."""
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    b = (row // seq_len).to(tl.int64)
+    pos = (row % seq_len).to(tl.int64)
+    num_q_tiles = tl.cdiv(num_q_heads, BLOCK_H)
+    num_kv_tiles = tl.cdiv(num_kv_heads, BLOCK_H)
+
+    if tile < num_q_tiles:
+        cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b, cos_stride_l,
+                                                           sin_stride_b, sin_stride_l, HALF)
+        _norm_rope_heads(
+            q_ptr + b * q_stride_b + pos * q_stride_l, qw_ptr,
+            qo_ptr + b * qo_stride_b + pos * qo_stride_l,
+            cos_lo, cos_hi, sin_lo, sin_hi,
+            tile * BLOCK_H, num_q_heads, q_stride_h, qo_stride_h, eps,
+            BLOCK_H, HALF, ROUND,
+        )
+    else:
+        cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
+        cache_pos = tl.load(starts_ptr + b * starts_stride).to(tl.int64) + pos
+        in_cache = (cache_row >= 0) & (cache_row < num_cache_rows) & (cache_pos >= 0) & (cache_pos < num_cache_positions)
+        if in_cache:  # out of range: skipped rather than written outside the cache
+            if tile < num_q_tiles + num_kv_tiles:
+                cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b,
+                                                                   cos_stride_l, sin_stride_b, sin_stride_l, HALF)
+                _norm_rope_heads(
+                    k_ptr + b * k_stride_b + pos * k_stride_l, kw_ptr,
+                    kc_ptr + cache_row * kc_stride_s + cache_pos * kc_stride_p,
+                    cos_lo, cos_hi, sin_lo, sin_hi,
+                    (tile - num_q_tiles) * BLOCK_H, num_kv_heads, k_stride_h, kc_stride_h, eps,
+                    BLOCK_H, HALF, ROUND,
+                )
+            else:
+                _copy_heads(
+                    v_ptr + b * v_stride_b + pos * v_stride_l,
+                    vc_ptr + cache_row * vc_stride_s + cache_pos * vc_stride_p,
+                    (tile - num_q_tiles - num_kv_tiles) * BLOCK_H, num_kv_heads, v_stride_h, vc_stride_h,
+                    BLOCK_H, 2 * HALF,
+                )
+
+
 def is_interpreting() -> bool:
     """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
     return not isinstance(_qk_norm_rope_kernel, triton.runtime.JITFunction)
@@ -146,19 +233,41 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_block_h(num_rows: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> int:
+def choose_block_h(num_rows: int, num_q_heads: int, num_kv_heads: int, num_sms: int, num_v_heads: int = 0) -> int:
     """Heads per program: 1 while that leaves <= ~4 programs per SM (decode: latency, spread the
     work), doubled while the grid would still have >= 4 programs per SM (prefill: fewer, fuller
-    programs), capped by MAX_BLOCK_H and by the head counts."""
+    programs), capped by MAX_BLOCK_H and by the head counts. num_v_heads: the cache-writing
+    variant's V heads, whose copy tiles are programs too."""
     cap = min(MAX_BLOCK_H, triton.next_power_of_2(max(num_q_heads, num_kv_heads)))
     block_h = 1
     while block_h < cap:
         nxt = 2 * block_h
-        programs = num_rows * (triton.cdiv(num_q_heads, nxt) + triton.cdiv(num_kv_heads, nxt))
+        programs = num_rows * (triton.cdiv(num_q_heads, nxt) + triton.cdiv(num_kv_heads, nxt)
+                               + triton.cdiv(num_v_heads, nxt))
         if programs < 4 * num_sms:
             break
         block_h = nxt
     return block_h
+
+
+def _head_tiling(q: torch.Tensor, num_rows: int, num_kv_heads: int, block_h: int | None,
+                 num_v_heads: int = 0) -> tuple[int, int]:
+    """(heads per program, tiles on grid axis 1): block_h as given (checked) or chosen for the device."""
+    num_q_heads = q.shape[2]
+    if block_h is None:
+        use_gpu = q.is_cuda and not is_interpreting()
+        block_h = choose_block_h(num_rows, num_q_heads, num_kv_heads,
+                                 _num_sms(q.device) if use_gpu else 1, num_v_heads)  # interpreter: fewer programs
+    elif block_h < 1 or block_h & (block_h - 1):
+        raise ValueError(f"block_h must be a power of two >= 1, got {block_h}")
+    num_tiles = sum(triton.cdiv(n, block_h) for n in (num_q_heads, num_kv_heads, num_v_heads))
+    if num_tiles > _MAX_GRID_Y:
+        raise ValueError(f"too many head tiles ({num_tiles}) for grid axis 1")
+    return block_h, num_tiles
+
+
+def _num_warps(block_h: int, head_dim: int) -> int:
+    return max(1, min(4, block_h * head_dim // 256))
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -214,16 +323,8 @@ def qk_norm_rope_triton(
     if num_rows == 0 or num_q_heads + num_kv_heads == 0:
         return q_out, k_out
 
-    if block_h is None:
-        use_gpu = q.is_cuda and not is_interpreting()
-        block_h = choose_block_h(num_rows, num_q_heads, num_kv_heads,
-                                 _num_sms(q.device) if use_gpu else 1)  # interpreter: fewer programs
-    elif block_h < 1 or block_h & (block_h - 1):
-        raise ValueError(f"block_h must be a power of two >= 1, got {block_h}")
-    num_tiles = triton.cdiv(num_q_heads, block_h) + triton.cdiv(num_kv_heads, block_h)
-    if num_tiles > _MAX_GRID_Y:
-        raise ValueError(f"too many head tiles ({num_tiles}) for grid axis 1")
-    num_warps = max(1, min(4, block_h * head_dim // 256))
+    block_h, num_tiles = _head_tiling(q, num_rows, num_kv_heads, block_h)
+    num_warps = _num_warps(block_h, head_dim)
 
     _qk_norm_rope_kernel[(num_rows, num_tiles)](
         q, k, q_weight, k_weight, cos, sin, q_out, k_out,
@@ -237,3 +338,87 @@ def qk_norm_rope_triton(
         num_warps=num_warps, **LAUNCH_OPTIONS,
     )
     return q_out, k_out
+
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _check_cache_destination(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             dest_rows: torch.Tensor, dest_positions: torch.Tensor) -> None:
+    if v.shape != k.shape or v.dtype != k.dtype or v.device != k.device:
+        raise ValueError(f"qk_norm_rope_write_kv: v {tuple(v.shape)} {v.dtype} must match k {tuple(k.shape)} {k.dtype}")
+    batch, _, num_kv_heads, head_dim = k.shape
+    if k_cache.dim() != 4 or v_cache.shape != k_cache.shape or (k_cache.shape[1], k_cache.shape[3]) != (num_kv_heads, head_dim):
+        raise ValueError(f"qk_norm_rope_write_kv expects k/v caches [S, {num_kv_heads}, P, {head_dim}] of one shape, "
+                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if k_cache.dtype != k.dtype or v_cache.dtype != k.dtype:
+        raise ValueError(f"qk_norm_rope_write_kv_triton needs the caches in k's dtype {k.dtype}, "
+                         f"got {k_cache.dtype} and {v_cache.dtype}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("qk_norm_rope_write_kv_triton writes in place: the caches' head_dim must be contiguous")
+    for name, t in (("dest_rows", dest_rows), ("dest_positions", dest_positions)):
+        if t.shape != (batch,) or t.dtype not in _INDEX_DTYPES:
+            raise ValueError(f"qk_norm_rope_write_kv: {name} must be int64/int32 [{batch}], got {t.dtype} {tuple(t.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("dest_rows", dest_rows),
+                    ("dest_positions", dest_positions)):
+        if t.device != k.device:
+            raise ValueError(f"qk_norm_rope_write_kv: {name} is on {t.device} but k is on {k.device}")
+
+
+def qk_norm_rope_write_kv_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    dest_rows: torch.Tensor,
+    dest_positions: torch.Tensor,
+    block_h: int | None = None,
+) -> torch.Tensor:
+    """qk_norm_rope_triton that stores K in the cache instead of returning it, and copies V there too,
+    in the same launch. v [B, L, KV, D] like k; k_cache/v_cache [S, KV, P, D] (one layer; head_dim
+    contiguous, written in place) in the dtype of q; dest_rows/dest_positions [B] int64/int32 (any
+    stride, e.g. an expanded scalar): token (b, l) goes to [dest_rows[b], :, dest_positions[b] + l].
+
+    Returns contiguous q_out [B, H, L, D]. No host syncs: the launch can be captured in a CUDA graph.
+    """
+    _check(q, k, q_weight, k_weight, cos, sin)
+    _check_cache_destination(k, v, k_cache, v_cache, dest_rows, dest_positions)
+    dtype = q.dtype
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"qk_norm_rope_write_kv_triton supports {SUPPORTED_DTYPES}, got {dtype}")
+    if any(t.dtype != dtype for t in (k, q_weight, k_weight, cos, sin)):
+        raise ValueError("qk_norm_rope_write_kv_triton needs q, k, v, the weights, cos/sin and the caches in one dtype")
+    batch, seq_len, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    if head_dim & (head_dim - 1) or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"qk_norm_rope_write_kv_triton needs a power-of-two head_dim in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {head_dim}")
+
+    q, k, v, cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, cos, sin))
+    q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()
+    q_out = torch.empty((batch, num_q_heads, seq_len, head_dim), device=q.device, dtype=dtype)
+    num_rows = batch * seq_len
+    if num_rows == 0 or num_q_heads + num_kv_heads == 0:
+        return q_out
+
+    block_h, num_tiles = _head_tiling(q, num_rows, num_kv_heads, block_h, num_v_heads=num_kv_heads)
+    _qk_norm_rope_write_kv_kernel[(num_rows, num_tiles)](
+        q, k, v, q_weight, k_weight, cos, sin, q_out, k_cache, v_cache, dest_rows, dest_positions,
+        seq_len, num_q_heads, num_kv_heads, k_cache.shape[0], k_cache.shape[2], float(eps),
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
+        q_out.stride(0), q_out.stride(1), q_out.stride(2),
+        dest_rows.stride(0), dest_positions.stride(0),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        BLOCK_H=block_h, HALF=head_dim // 2, ROUND=_ROUND_MODE[dtype],
+        num_warps=_num_warps(block_h, head_dim), **LAUNCH_OPTIONS,
+    )
+    return q_out

@@ -2,9 +2,11 @@
 
 The talker cache is allocated once: k/v [layers, max_slots, kv_heads, max_seq_len, head_dim].
 Requests own a slot; a slot's row holds positions 0..len-1. Views below bind one call's
-indexing (which slot rows, which positions) and implement `KVStore.update` for the layers.
-Every write/read uses device tensors for indices, so a decode step issues no host syncs and can
-be captured in a CUDA graph.
+indexing (which slot rows, which positions) for the layers: the prefill and chunk views implement
+`KVStore.update` (they write the keys/values they are handed), the decode view and the code
+predictor's frame cache implement `CacheKVStore` (the layer's fused q/k-norm + RoPE launch writes
+K/V into the cache at their `write_target`; they attend over the cache). Every write/read uses
+device tensors for indices, so a decode step issues no host syncs and can be captured in a CUDA graph.
 
 Positions past a row's length may hold stale data (a right-padded batch prefill writes its
 padding there, a freed slot keeps its old rows). That is harmless: a query at position p writes
@@ -17,6 +19,7 @@ import logging
 import torch
 
 from kernels.slot_attention import slot_decode_attention
+from talker_service.model.layers import KVWriteTarget, grouped_attention
 
 logger = logging.getLogger(__name__)
 
@@ -91,22 +94,21 @@ class SlotChunkView:
 
 class SlotDecodeView:
     """One new position per row: row i writes position positions[i] of slot slots[i] and attends
-    over positions 0..positions[i] of that slot. It only offers `attend` (the layer then never asks
-    for `update`): keys are read in place, never gathered."""
+    over positions 0..positions[i] of that slot. A `CacheKVStore`: the layer's fused launch writes
+    K/V at `write_target`, and `attend` reads keys in place, never gathered."""
 
     def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor):
         self.cache, self.slots, self.positions = cache, slots, positions
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Write k/v [bs, kv_heads, 1, D] at each row's position, then attend q [bs, heads, 1, D] over
-        keys 0..position of each row's slot, read in place (kernels/slot_attention.py): no gather of
-        the context bucket, nothing read past a row's own length. -> [bs, heads, 1, D]."""
-        k_layer, v_layer = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        # advanced indices around a slice put the index dim first: the value is [bs, kv_heads, head_dim]
-        k_layer[self.slots, :, self.positions] = k[:, :, 0]
-        v_layer[self.slots, :, self.positions] = v[:, :, 0]
-        out = slot_decode_attention(q[:, :, 0], k_layer, v_layer, self.slots, self.positions + 1,
-                                    q.shape[-1] ** -0.5)
+    def write_target(self, layer_idx: int) -> KVWriteTarget:
+        return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
+
+    def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """q [bs, heads, 1, D] over keys 0..position of each row's slot, this step's key included,
+        read in place (kernels/slot_attention.py): no gather of the context bucket, nothing read past
+        a row's own length; mask is unused (it is None: the lengths are the mask). -> [bs, heads, 1, D]."""
+        out = slot_decode_attention(q[:, :, 0], self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots,
+                                    self.positions + 1, q.shape[-1] ** -0.5)
         return out[:, :, None]
 
 
@@ -119,8 +121,10 @@ def causal_mask(start: int, length: int, device) -> torch.Tensor:
 
 class FrameKVCache:
     """The code predictor's cache: it restarts every frame, so it is per batch row, not per slot,
-    and its length is the fixed 16 positions of one frame. Writes use Python-int offsets, which
-    are the same at every replay (the 15 predictor steps are unrolled)."""
+    and its length is the fixed 16 positions of one frame. A `CacheKVStore`: the layer's fused
+    launch writes K/V at positions offset.. of every row. `offset` is a Python int, the same at
+    every replay (the 15 predictor steps are unrolled); the index tensors the write reads are made
+    once per frame (two small launches), and each step picks its offset's position by a view."""
 
     def __init__(self, num_layers: int, batch_size: int, num_kv_heads: int, num_positions: int, head_dim: int,
                  dtype: torch.dtype, device):
@@ -128,9 +132,15 @@ class FrameKVCache:
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.offset = 0
+        self.rows = torch.arange(batch_size, device=device)                # [bs]: batch row b is cache row b
+        self.position_table = torch.arange(num_positions, device=device)   # [16]: entry p is position p
 
-    def update(self, layer_idx, k, v):
-        end = self.offset + k.shape[2]
-        self.k[layer_idx, :, :, self.offset:end] = k
-        self.v[layer_idx, :, :, self.offset:end] = v
-        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
+    def write_target(self, layer_idx: int) -> KVWriteTarget:
+        start = self.position_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
+        return KVWriteTarget(self.k[layer_idx], self.v[layer_idx], self.rows, start)
+
+    def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """q [bs, heads, L, D] over cached positions 0..offset+L-1 (this step's L included), mask as
+        grouped_attention takes it (None: every cached key is visible)."""
+        end = self.offset + q.shape[2]
+        return grouped_attention(q, self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end], mask)

@@ -2,31 +2,54 @@
 
 Parameter names mirror the official modules (`self_attn.q_proj`, `mlp.gate_proj`, ...) so the
 checkpoint loads with a strict name-for-name copy. Attention does not own a cache: the caller
-passes a `KVStore` view that writes this call's keys/values and returns everything to attend over,
-which is how one layer serves a slot prefill, a batched decode over the static slot cache and the
-code predictor's per-frame cache.
+passes a KV store, which is how one layer serves a slot prefill, a batched decode over the static
+slot cache and the code predictor's per-frame cache. A `KVStore` takes this call's keys/values and
+returns everything to attend over (prefill, chunks); a `CacheKVStore` (the decode steps) names
+where in its cache they go, the layer's fused q/k-norm + RoPE launch writes them there, and the
+store attends over its cache.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kernels.add_rmsnorm import add_rms_norm
-from kernels.qk_norm_rope import qk_norm_rope
+from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_write_kv
 from kernels.rmsnorm import rms_norm
 from kernels.silu_mul import silu_mul
 from talker_service.model.config import DecoderStackConfig
 
 
 class KVStore(Protocol):
-    """Where a layer's keys/values go. A store may also offer `attend(layer_idx, q, k, v)`, which
-    stores k/v and returns the attention output itself; the layer then skips `update` and its mask."""
+    """Where a layer's keys/values go when the store writes them itself (prefill and chunk views)."""
 
     def update(self, layer_idx: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k/v [B, kv_heads, L, head_dim]; return the keys/values to attend over [B, kv_heads, S, head_dim]."""
+
+
+class KVWriteTarget(NamedTuple):
+    """Where one layer's K/V for this call go in a cache: token l of batch row b is written to
+    k_cache/v_cache[rows[b], :, positions[b] + l]. Index tensors live on the device (no host sync)."""
+    k_cache: torch.Tensor    # [S, kv_heads, P, head_dim]: one layer of the cache, written in place
+    v_cache: torch.Tensor    # [S, kv_heads, P, head_dim]
+    rows: torch.Tensor       # [B] int64: the cache row (slot) of each batch row
+    positions: torch.Tensor  # [B] int64: the position of each batch row's first token this call
+
+
+class CacheKVStore(Protocol):
+    """A store whose cache the layer writes directly: qk_norm_rope_write_kv puts K (normalised and
+    rotated) and V at `write_target` in the same launch that normalises and rotates q, so the two
+    cache writes cost no launch of their own (the decode steps are launch-bound); the store then
+    attends q over its cache."""
+
+    def write_target(self, layer_idx: int) -> KVWriteTarget:
+        """Where this call's K/V of layer layer_idx go."""
+
+    def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """q [B, H, L, D] over the cache, its K/V of this call already written -> [B, H, L, D]."""
 
 
 class RMSNorm(nn.Module):
@@ -112,20 +135,25 @@ class Attention(nn.Module):
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         return F.linear(x, *self._qkv).split((q_size, kv_size, kv_size), dim=-1)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore,
+                mask: torch.Tensor | None) -> torch.Tensor:
         batch, length, _ = x.shape
         q, k, v = self._project(x)
+        q = q.view(batch, length, self.num_heads, self.head_dim)
+        k = k.view(batch, length, self.num_kv_heads, self.head_dim)
+        v = v.view(batch, length, self.num_kv_heads, self.head_dim)
         # per-head QK-norm comes before RoPE (facts §8.4); both, for q and k, are one fused launch
         # on the GPU (kernels/qk_norm_rope.py: the same ops as RMSNorm + apply_rope, same rounding)
-        q, k = qk_norm_rope(q.view(batch, length, self.num_heads, self.head_dim),
-                            k.view(batch, length, self.num_kv_heads, self.head_dim),
-                            self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
-        v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        attend = getattr(kv, "attend", None)
-        if attend is not None:   # the store attends in place (the decode step: no K/V gather)
-            out = attend(self.layer_idx, q, k, v)
+        norm_args = (self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+        write_target = getattr(kv, "write_target", None)
+        if write_target is not None:
+            # a cache store: the same launch writes K and V into the cache, and the store attends
+            # over its cache (the decode steps: no copy launches, no K/V gather)
+            q = qk_norm_rope_write_kv(q, k, v, *norm_args, *write_target(self.layer_idx))
+            out = kv.attend(self.layer_idx, q, mask)
         else:
-            k_all, v_all = kv.update(self.layer_idx, k, v)
+            q, k = qk_norm_rope(q, k, *norm_args)
+            k_all, v_all = kv.update(self.layer_idx, k, v.transpose(1, 2))
             out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
 
@@ -156,7 +184,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore, mask: torch.Tensor | None) -> torch.Tensor:
         """One layer on its own (DecoderStack.run fuses each residual add into the next norm)."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -176,7 +204,7 @@ class DecoderStack(nn.Module):
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
 
-    def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore, mask: torch.Tensor | None) -> torch.Tensor:
+    def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore, mask: torch.Tensor | None) -> torch.Tensor:
         """x [B, L, hidden] -> post-final-norm hidden [B, L, hidden].
 
         The same sums as calling each layer in turn, but every residual add is done by the norm that
