@@ -35,7 +35,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels import gumbel_pick_triton
-from kernels.gumbel_pick_triton import _store_gumbel_max, pick_operands
+from kernels.gumbel_pick_triton import _gumbel_max_token, pick_operands
 from kernels.warp_pick_reference import check_args
 
 MAX_K = gumbel_pick_triton.MAX_K  # one limit for both pick kernels (pick_operands checks it)
@@ -76,8 +76,9 @@ def _warp_pick_kernel(
     value = tl.where(drop, float("-inf"), value)
 
     # Gumbel-max over the survivors, as kernels/gumbel_pick_triton.py
-    _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
-                      HAS_HASHES, BLOCK_K)
+    token = _gumbel_max_token(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr,
+                              HAS_HASHES, BLOCK_K)
+    tl.store(out_ptr + row, token)
 
 
 def is_interpreting() -> bool:
