@@ -15,8 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import count_talker_launches  # noqa: E402
 
 # 1.7B depth at batch 1: 8134 launches before the fusions of 2026-11-22, 1467 after (see
-# benchmarks/results/2026-11-22-talker-launches.md). The bound leaves a little room, no more.
-MAX_LAUNCHES_PER_FRAME = 1520
+# benchmarks/results/2026-11-22-talker-launches.md), 1403 once the temperature and the greedy select
+# moved into warp_pick (3 launches per sampling). The bound leaves a little room, no more.
+MAX_LAUNCHES_PER_FRAME = 1450
+NUM_SAMPLINGS = 16               # codebook 0 (talker) + codebooks 1..15 (code predictor)
 NUM_LAYER_PASSES = 28 + 15 * 5   # talker layers + 15 code-predictor passes of 5 layers
 
 
@@ -27,7 +29,14 @@ def test_frame_step_stays_within_its_launch_budget():
     assert report["by_op"]["qwen3tts.add_rms_norm"] == 2 * NUM_LAYER_PASSES
     assert report["by_op"]["qwen3tts.rms_norm"] == 1 + 15
     assert report["by_op"]["qwen3tts.silu_mul"] == NUM_LAYER_PASSES
-    assert report["by_op"]["qwen3tts.warp_pick"] == 16   # top-k/top-p masks + Gumbel-max: one launch per codebook
+    # each sampling: argmax (greedy), topk of the raw logits, warp_pick (temperature, top-k/top-p masks,
+    # Gumbel-max, greedy select); no ones_like/where/div for the temperature, no where for the select
+    assert report["by_op"]["qwen3tts.warp_pick"] == NUM_SAMPLINGS
+    assert report["by_op"]["aten.topk"] == NUM_SAMPLINGS
+    assert report["by_op"]["aten.argmax"] == NUM_SAMPLINGS
+    assert "aten.ones_like" not in report["by_op"]
+    assert report["by_op"]["aten.where"] == 2   # only penalize_and_mask's (codebook 0's repetition penalty)
+    assert report["by_op"]["aten.div"] == 1     # only penalize_and_mask's logits / penalty
     assert report["by_op"]["qwen3tts.qk_norm_rope"] == NUM_LAYER_PASSES   # q/k norm + RoPE: one launch
     assert report["by_op"]["qwen3tts.slot_decode_attention"] == 28   # talker: in place over the slot cache
     assert report["by_op"]["sdpa"] == 15 * 5                         # code predictor: its small frame cache
