@@ -68,9 +68,9 @@ def _gumbel_from_bits(bits):
 
 
 @triton.jit
-def _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
+def _gumbel_max_token(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr,
                       HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Add each candidate's hash-noise Gumbel draw to `value` [BLOCK_K] and store the token of the
+    """Add each candidate's hash-noise Gumbel draw to `value` [BLOCK_K] and return the token of the
     first maximum (a NaN score wins, as in torch.argmax). Shared by gumbel_pick and warp_pick."""
     token = tl.load(tokens_ptr + row * tokens_row_stride + cols, mask=ok, other=0)
     key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
@@ -86,7 +86,7 @@ def _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_
     first = tl.min(tl.where(ok & (score == best), cols, BLOCK_K), axis=0)
     first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
     pick = tl.where(first_nan < BLOCK_K, first_nan, first)
-    tl.store(out_ptr + row, tl.load(tokens_ptr + row * tokens_row_stride + pick))
+    return tl.load(tokens_ptr + row * tokens_row_stride + pick)
 
 
 @triton.jit
@@ -99,8 +99,9 @@ def _gumbel_pick_kernel(
     cols = tl.arange(0, BLOCK_K)
     ok = cols < num_cols
     value = tl.load(values_ptr + row * values_row_stride + cols, mask=ok, other=float("-inf"))
-    _store_gumbel_max(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr, out_ptr,
-                      HAS_HASHES, BLOCK_K)
+    token = _gumbel_max_token(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr,
+                              HAS_HASHES, BLOCK_K)
+    tl.store(out_ptr + row, token)
 
 
 def is_interpreting() -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.warp_pick import warp_pick
-from kernels.warp_pick_reference import warp_values_reference
+from kernels.warp_pick_reference import sampling_temperature, warp_values_reference
 from kernels.hash_noise import row_keys
 
 _MAX_SEED = 2**63 - 1
@@ -111,28 +111,25 @@ def penalize_and_mask(logits: torch.Tensor, history: torch.Tensor, penalty: torc
     return logits.masked_fill(eos_blocked | suppressed[None, :], float("-inf"))
 
 
-def _sorted_candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Temperature-scaled logits of the best candidates, sorted descending: (values [bs, K], token ids [bs, K]).
+def _sorted_candidates(logits: torch.Tensor, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best candidates of each row, sorted descending: (values [bs, K], token ids [bs, K]).
 
     With candidate_k=None every token is a candidate (full sort, exact for any top_k). With a
     static candidate_k the sort is a top-k of that size, exact when every sampling row has
     1 <= top_k <= candidate_k (the caller guarantees it; `check_candidate_k` helps).
     """
-    vocab = logits.shape[-1]
-    # greedy rows keep temperature 1 so a 0 sent with do_sample=False cannot divide by zero
-    temperature = torch.where(rows.do_sample, rows.temperature, torch.ones_like(rows.temperature))
-    scaled = logits / temperature[:, None]
-    if candidate_k is None or candidate_k >= vocab:
-        return torch.sort(scaled, dim=-1, descending=True)
-    return torch.topk(scaled, candidate_k, dim=-1)
+    if candidate_k is None or candidate_k >= logits.shape[-1]:
+        return torch.sort(logits, dim=-1, descending=True)
+    return torch.topk(logits, candidate_k, dim=-1)
 
 
 def _candidates(logits: torch.Tensor, rows: RowSampling, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Warped logits of the best candidates, sorted descending (values [bs, K], -inf where top-k or
-    top-p drops them; token ids [bs, K]). The masking rules (HF's, ties at the k-th value kept,
-    top-p mass summed from the tail) are written once, in kernels/warp_pick_reference.py."""
-    values, token_ids = _sorted_candidates(logits, rows, candidate_k)
+    top-p drops them; token ids [bs, K]), in HF's order: temperature over the whole row, then the
+    sort. The masking rules (HF's, ties at the k-th value kept, top-p mass summed from the tail) are
+    written once, in kernels/warp_pick_reference.py."""
+    scaled = logits / sampling_temperature(rows.temperature, rows.do_sample)[:, None]
+    values, token_ids = _sorted_candidates(scaled, candidate_k)
     return warp_values_reference(values, rows.top_k, rows.top_p, logits.shape[-1]), token_ids
 
 
@@ -156,14 +153,38 @@ def choose_tokens(logits: torch.Tensor, rows: RowSampling, seeds: torch.Tensor, 
 def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Tensor, candidate_k: int | None = None,
                         hashes: torch.Tensor | None = None) -> torch.Tensor:
     """choose_tokens with the rows' noise keys [bs] precomputed (noise.group_keys) and optionally
-    the vocabulary's token hashes (noise.token_hashes): same tokens, fewer launches."""
+    the vocabulary's token hashes (noise.token_hashes): same tokens, fewer launches.
+
+    Three launches per call on the GPU: the greedy argmax, the topk/sort of the RAW logits, and
+    warp_pick, which divides the K candidates by the row's temperature, masks (top-k, top-p), draws
+    the Gumbel-max pick and writes the argmax instead in rows that do not sample.
+
+    Sorting raw logits instead of logits / temperature (what HF and _candidates do) gives the same
+    candidates in the same order, so the same tokens: an IEEE division by a positive temperature is
+    correctly rounded, hence monotone, and as long as it maps distinct logits to distinct values the
+    scaled row is ordered exactly like the raw one (ties stay ties, -0.0 stays below +0.0), and
+    topk/sort, which only look at that order (comparisons; on CUDA also radix digits of the
+    order-preserving float keys), return the same indices, ties included. warp_pick then divides
+    each candidate with the same operands, so the values match bit for bit too. (NaN logits aside.)
+    The one exception: two DIFFERENT logits of a sampling row that round to one fp32 value once
+    divided -- less than 2 fp32 ulps apart with a temperature that is not a power of two, or both
+    overflowing to inf / underflowing to 0. The raw sort then orders the pair by its raw values, the
+    scaled sort by topk's unspecified tie order (and, its comparisons having changed, may order other
+    ties of that row differently too), and the token can differ only where such a tie straddles the
+    candidate_k cut or the top-p cut (or ties exactly in Gumbel score); tests/test_warp_pick.py
+    builds such rows (2 of 512 tokens differed). Both are exact samples of the same warped
+    distribution (the pair has one probability), the raw order a deterministic tie-break. It cannot
+    happen on bf16 models short of overflow: the heads compute bf16 logits, .float() keeps their
+    values, and distinct bf16 values are >= 2**16 fp32 ulps apart; only codebook 0's repetition
+    penalty (fp32 products and quotients) can bring a penalized logit that close to another one.
+    """
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
-    values, token_ids = _sorted_candidates(logits, rows, candidate_k)
-    # top-k / top-p masks and the Gumbel-max pick (noise, add, argmax, gather) in one launch on
-    # the GPU (kernels/warp_pick.py; the same masks as _candidates, the same draws as hash_noise)
-    sampled = warp_pick(values, token_ids, rows.top_k, rows.top_p, logits.shape[-1], keys, hashes)
-    return torch.where(rows.do_sample, sampled, greedy)
+    values, token_ids = _sorted_candidates(logits, candidate_k)
+    # temperature, top-k / top-p masks, the Gumbel-max pick (the same draws as hash_noise) and the
+    # greedy select in one launch on the GPU (kernels/warp_pick.py; the same masks as _candidates)
+    return warp_pick(values, token_ids, rows.temperature, rows.top_k, rows.top_p, rows.do_sample, greedy,
+                     logits.shape[-1], keys, hashes)
 
 
 def check_candidate_k(params: list[SamplingParams], candidate_k: int | None) -> None:
