@@ -75,15 +75,18 @@ async def first_requests(target: str, args, repeats: int = 8) -> dict:
             "steady_words": steady(words), "steady_whole_text": steady(whole)}
 
 
-def streams_for_level(concurrency: int, streams_per_level: int = 0, streams_factor: int = 2) -> int:
-    """Streams one level runs: `streams_per_level` when set, else `streams_factor` x concurrency.
-    The level is closed loop and its streams start together, so with 2 x concurrency its median
-    rests on two waves; a larger factor gives the percentiles more streams (less run-to-run noise)."""
+def streams_for_level(concurrency: int, streams_per_level: int = 0, streams_factor: int = 2,
+                      min_streams: int = 0) -> int:
+    """Streams one level runs: `streams_per_level` when set, else `streams_factor` x concurrency but
+    at least `min_streams`. The level is closed loop and its streams start together, so with
+    2 x concurrency its median rests on two waves; a larger factor gives the percentiles more
+    streams (less run-to-run noise), and a floor keeps the small levels from resting on a handful
+    (4 x 1 streams: one slow stream moves the median by ~1 ms of ~16)."""
     if streams_per_level:
         return streams_per_level
     if streams_factor < 1:
         raise ValueError(f"streams factor must be at least 1, got {streams_factor}")
-    return streams_factor * concurrency
+    return max(streams_factor * concurrency, min_streams)
 
 
 def start_offsets_s(concurrency: int, period_s: float) -> list[float]:
@@ -104,7 +107,7 @@ async def level(target: str, concurrency: int, args) -> dict:
         period_s = warm["wall_s"] if args.stagger_starts else 0.0
         offsets_s = start_offsets_s(concurrency, period_s)
         t0 = time.monotonic()
-        total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor)
+        total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
         queue = list(range(total))
         results: list[dict] = []
 
@@ -159,6 +162,8 @@ def main() -> int:
                    help="streams per level (default: --streams-factor x concurrency); overrides --streams-factor")
     p.add_argument("--streams-factor", type=int, default=2,
                    help="streams per level as a multiple of its concurrency (default 2)")
+    p.add_argument("--min-streams", type=int, default=0,
+                   help="at least this many streams per level (with --streams-factor; default 0: no floor)")
     p.add_argument("--stagger-starts", action="store_true",
                    help="spread each level's first streams over one lone stream's wall time instead of starting "
                         "them together (steady-state arrivals; see start_offsets_s)")
@@ -215,7 +220,8 @@ def main() -> int:
         result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,
-                  "streams_factor": args.streams_factor, "stagger_starts": args.stagger_starts, "text": TEXT,
+                  "streams_factor": args.streams_factor, "min_streams": args.min_streams,
+                  "stagger_starts": args.stagger_starts, "text": TEXT,
                   "single_stream": single, "levels": rows}
         out = args.out or str(work / "bench_e2e.json")
         Path(out).write_text(json.dumps(result, indent=1))

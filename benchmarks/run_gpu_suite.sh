@@ -17,7 +17,8 @@
 #   e2e-design               the VoiceDesign model, voices described in words, concurrency 1..64
 #   e2e-registered-vs-speaker  issue #14: a registered voice (Base, x-vector only) against a
 #                            CustomVoice speaker, COMPARE_PASSES (3) passes of both, each bench_e2e
-#                            starting its own stack, 4 x concurrency streams per level; then
+#                            starting its own stack, 4 x concurrency streams per level (at least
+#                            COMPARE_MIN_STREAMS, 16); then
 #                            compare_e2e_runs.py writes compare.json / compare.md; COMPARE_STAGGER=1
 #                            spreads each level's first streams over a lone stream's wall time
 #                            (bench_e2e --stagger-starts) instead of starting them in one burst
@@ -101,6 +102,7 @@ e2e_registered_vs_speaker() {
       echo "== pass $pass: $workload ($model)" | tee -a "$OUT/compare.log"
       python3 benchmarks/bench_e2e.py --model "$model" --device cuda --workload "$workload" \
         --concurrency "${COMPARE_LEVELS:-1,4,8,16,32,64}" --streams-factor "${COMPARE_STREAMS_FACTOR:-4}" \
+        --min-streams "${COMPARE_MIN_STREAMS:-16}" \
         --single-repeats 16 ${COMPARE_STAGGER:+--stagger-starts} --out "$OUT/compare-$workload-pass$pass.json" 2>&1 \
         | tee -a "$OUT/compare.log"
     done

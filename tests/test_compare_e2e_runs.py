@@ -117,6 +117,9 @@ def test_streams_per_level_is_the_factor_times_concurrency_unless_given():
     assert streams_for_level(8) == 16              # today's default: 2 x concurrency
     assert streams_for_level(8, streams_factor=4) == 32
     assert streams_for_level(8, streams_per_level=5, streams_factor=4) == 5
+    assert streams_for_level(1, streams_factor=4, min_streams=16) == 16   # the floor lifts small levels
+    assert streams_for_level(8, streams_factor=4, min_streams=16) == 32   # and leaves larger ones
+    assert streams_for_level(1, streams_per_level=5, min_streams=16) == 5
     with pytest.raises(ValueError):
         streams_for_level(8, streams_factor=0)
 
