@@ -32,6 +32,9 @@ def main() -> None:
     p.add_argument("--graphs", type=int, default=0, help="1: replay the captured graph of this shape")
     p.add_argument("--cudnn-benchmark", type=int, default=1)
     p.add_argument("--out", default=None)
+    p.add_argument("--by-op", default=None,
+                   help="also write the ATen ops (with input shapes) that launched the GPU time here, "
+                        "so a kernel such as the generic elementwise one can be traced to the op behind it")
     args = p.parse_args()
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     runner = DecoderRunner(build_model(args.size, "cuda", torch.bfloat16), max_slots=args.batch)
@@ -42,7 +45,8 @@ def main() -> None:
         runner.decode(codes, slots, lengths)
     if runner.last_step_is_graph != bool(args.graphs):
         raise RuntimeError(f"expected a {'graph' if args.graphs else 'eager'} step, the runner chose otherwise")
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.by_op else [])
+    with profile(activities=activities, record_shapes=bool(args.by_op)) as prof:
         for _ in range(NUM_PROFILED_CALLS):
             runner.decode(codes, slots, lengths)   # returns host PCM: every call has synced
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
@@ -50,6 +54,13 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write(table)
+    if args.by_op:
+        # CPU-side ATen events carry the device time of the kernels they launched (device_time_total).
+        ops = prof.key_averages(group_by_input_shape=True).table(
+            sort_by="device_time_total", row_limit=60, max_name_column_width=40, max_shapes_column_width=90)
+        print(ops)
+        with open(args.by_op, "w") as f:
+            f.write(ops)
 
 
 if __name__ == "__main__":

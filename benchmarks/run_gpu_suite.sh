@@ -7,6 +7,7 @@
 #                            with torch's CUDA ops, CUDA-graph capture), before anything is timed
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
+#   decoder-profile          top kernels and top ATen ops of eager vocoder steps (PROFILE_SHAPES, 64x25)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
@@ -176,6 +177,12 @@ for w in $which; do
           --compile-max-row-frames "${VOCODER_COMPILE_MAX_ROW_FRAMES:-1}" \
           --compile-dynamic-frames "${VOCODER_COMPILE_DYNAMIC_FRAMES:-}" \
           --out "$OUT/vocoder-service$suffix.json" 2>&1 | tee "$OUT/vocoder-service$suffix.log"
+      done ;;
+    decoder-profile)   # where one eager batch x frames step spends GPU time, by kernel and by ATen op
+      for shape in ${PROFILE_SHAPES:-64x25}; do
+        python3 benchmarks/profile_decoder.py --batch "${shape%x*}" --frames "${shape#*x}" --cudnn-benchmark 0 \
+          --out "$OUT/decoder-profile-$shape.txt" --by-op "$OUT/decoder-profile-$shape-ops.txt" \
+          > "$OUT/decoder-profile-$shape.log" 2>&1 || tail -20 "$OUT/decoder-profile-$shape.log"
       done ;;
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
