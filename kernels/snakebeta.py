@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log  # noqa: F401
+from kernels.snakebeta_reference import (snake_beta_fused_reference, snake_beta_reference,  # noqa: F401
+                                         snake_params_from_log)
 from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_SNAKE_CPU_TRITON"
@@ -25,6 +26,12 @@ _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _route = TritonRoute("SnakeBeta", "kernels.snakebeta_triton", "snake_beta_triton", CPU_TRITON_ENV, __name__)
 triton_failure = _route.triton_failure
 reset_triton_failure = _route.reset_failure
+# The fused form (bias and residual add in the same pass) is its own launcher entry with its own
+# failure memory: the plain kernel is the same code, so in practice both fail or neither does.
+_fused_route = TritonRoute("SnakeBeta (fused bias/residual)", "kernels.snakebeta_triton",
+                           "snake_beta_fused_triton", CPU_TRITON_ENV, __name__)
+fused_triton_failure = _fused_route.triton_failure
+reset_fused_triton_failure = _fused_route.reset_failure
 
 
 def _check_args(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> None:
@@ -41,16 +48,28 @@ def _check_args(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor
             raise ValueError(f"snake_beta: {name} is on {vec.device} but x is on {x.device}")
 
 
-def _needs_grad(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and (
-        x.requires_grad or alpha_exp.requires_grad or inv_beta.requires_grad
-    )
+def _check_fused_args(x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None) -> None:
+    if bias is not None:
+        if tuple(bias.shape) != (x.shape[1],):
+            raise ValueError(f"snake_beta_fused: bias must have shape [{x.shape[1]}], got {tuple(bias.shape)}")
+        if bias.device != x.device:
+            raise ValueError(f"snake_beta_fused: bias is on {bias.device} but x is on {x.device}")
+    if residual is not None:
+        if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
+            raise ValueError(
+                f"snake_beta_fused: residual must match x ({tuple(x.shape)}, {x.dtype}, {x.device}), "
+                f"got {tuple(residual.shape)}, {residual.dtype}, {residual.device}"
+            )
 
 
-def _wants_triton(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> bool:
-    if _needs_grad(x, alpha_exp, inv_beta) or x.dtype not in _TRITON_DTYPES:
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _wants_triton(route: TritonRoute, x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    if _needs_grad(x, *params) or x.dtype not in _TRITON_DTYPES:
         return False
-    return _route.allows(x)
+    return route.allows(x)
 
 
 def snake_beta(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
@@ -63,4 +82,25 @@ def snake_beta(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: torch.Tensor)
         return snake_beta_reference(x, alpha_exp, inv_beta)
     _check_args(x, alpha_exp, inv_beta)
     return _route.run((x, alpha_exp, inv_beta), snake_beta_reference,
-                      wanted=_wants_triton(x, alpha_exp, inv_beta))
+                      wanted=_wants_triton(_route, x, alpha_exp, inv_beta))
+
+
+def snake_beta_fused(
+    x: torch.Tensor,
+    alpha_exp: torch.Tensor,
+    inv_beta: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    return_sum: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(snake(x + bias + residual), the sum or None) in one pass over the activation.
+
+    x: [B, C, T]; bias: [C] or None; residual: x's shape and dtype or None; return_sum: also give
+    back x + bias + residual (a residual stream that later units add to). Routed like snake_beta.
+    """
+    if torch.compiler.is_compiling():
+        return snake_beta_fused_reference(x, alpha_exp, inv_beta, bias, residual, return_sum)
+    _check_args(x, alpha_exp, inv_beta)
+    _check_fused_args(x, bias, residual)
+    return _fused_route.run((x, alpha_exp, inv_beta, bias, residual, return_sum), snake_beta_fused_reference,
+                            wanted=_wants_triton(_fused_route, x, alpha_exp, inv_beta, bias, residual))

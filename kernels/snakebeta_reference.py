@@ -25,6 +25,30 @@ def snake_beta_reference(x: torch.Tensor, alpha_exp: torch.Tensor, inv_beta: tor
     return (xf + torch.sin(xf * a).pow(2) * b).to(x.dtype)
 
 
+def snake_beta_fused_reference(
+    x: torch.Tensor,
+    alpha_exp: torch.Tensor,
+    inv_beta: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    return_sum: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(snake(x + bias + residual), x + bias + residual or None), both in x's dtype.
+
+    The sum is formed in fp32 in that order (x, then bias, then residual) and the snake reads the
+    unrounded sum, as the fused kernel does; bias is [C], residual has x's shape.
+    """
+    total = x.float()
+    if bias is not None:
+        total = total + bias.float().view(1, -1, 1)
+    if residual is not None:
+        total = total + residual.float()
+    a = alpha_exp.float().view(1, -1, 1)
+    b = inv_beta.float().view(1, -1, 1)
+    y = (total + torch.sin(total * a).pow(2) * b).to(x.dtype)
+    return y, (total.to(x.dtype) if return_sum else None)
+
+
 _MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 
 

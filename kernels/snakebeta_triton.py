@@ -1,5 +1,8 @@
 """Fused Triton SnakeBeta: y = x + sin(x * a)^2 * b, one read of x and one write of y.
 
+Optionally the input is first x + bias[c] + residual (a conv's bias and the residual stream added
+in the same pass), and that sum can be stored too (the residual stream the next unit adds to).
+
 Grid: axis 0 = tiles along time, axis 1 = tiles of channels, axis 2 = batch. Each program owns a
 [BLOCK_C, BLOCK_T] tile of one batch item, so the channel of every row is known without any
 integer division, a/b are loaded once per row, and long rows (T ~ 10^5) and short rows (T = 4 in the
@@ -38,10 +41,14 @@ _MAX_GRID_YZ = 65535
 @triton.jit
 def _snake_beta_kernel(
     x_ptr, a_ptr, b_ptr, y_ptr,
+    bias_ptr, r_ptr, s_ptr,
     num_channels, num_samples,
     x_stride_b, x_stride_c,
     y_stride_b, y_stride_c,
+    r_stride_b, r_stride_c,
+    s_stride_b, s_stride_c,
     BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, FAST_SIN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_SUM: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -59,6 +66,16 @@ def _snake_beta_kernel(
     y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + times[None, :]
 
     x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)
+    # The decoder's conv bias and residual add ride along: one pass over the activation instead of
+    # three (a broadcast bias add and a strided residual add each cost a full read and write).
+    if HAS_BIAS:
+        x = x + tl.load(bias_ptr + chans, mask=chan_ok, other=0.0).to(tl.float32)[:, None]
+    if HAS_RESIDUAL:
+        r_offs = (pid_b * r_stride_b + chans64 * r_stride_c)[:, None] + times[None, :]
+        x = x + tl.load(r_ptr + r_offs, mask=mask, other=0.0).to(tl.float32)
+    if WRITE_SUM:
+        s_offs = (pid_b * s_stride_b + chans64 * s_stride_c)[:, None] + times[None, :]
+        tl.store(s_ptr + s_offs, x.to(s_ptr.dtype.element_ty), mask=mask)
     z = x * a
     # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
     k = tl.floor(z * _INV_PI + 0.5)
@@ -93,28 +110,38 @@ def snake_beta_triton(
     inv_beta: torch.Tensor,
     out: torch.Tensor | None = None,
     config: SnakeConfig | None = None,
+    *,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    sum_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x: [B, C, T] (time stride 1, any batch/channel strides); alpha_exp, inv_beta: [C] fp32.
 
-    Returns [B, C, T] contiguous in x's dtype (or writes into `out`, which may be x itself: every
-    element is read before it is written by the same program).
+    Returns snake(x [+ bias] [+ residual]) as [B, C, T] contiguous in x's dtype (or writes into
+    `out`, which may be x itself: every element is read before it is written by the same program).
+    bias: [C] (any float dtype, contiguous); residual: x's shape and dtype, time stride 1; sum_out:
+    where to store x + bias + residual itself (the decoder's residual stream), same rules as `out`.
     """
     if x.dim() != 3:
         raise ValueError(f"snake_beta_triton expects x of shape [B, C, T], got {tuple(x.shape)}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"snake_beta_triton supports {SUPPORTED_DTYPES}, got {x.dtype}")
     num_batch, num_channels, num_samples = x.shape
-    if x.stride(2) != 1:
-        x = x.contiguous()
+    x = _time_contiguous(x)
     a = alpha_exp.to(device=x.device, dtype=torch.float32).contiguous()  # no-op when precomputed
     b = inv_beta.to(device=x.device, dtype=torch.float32).contiguous()
-    if out is None:
-        out = torch.empty((num_batch, num_channels, num_samples), device=x.device, dtype=x.dtype)
-    elif out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1:
-        raise ValueError(
-            f"out must match x ({tuple(x.shape)}, {x.dtype}, time stride 1), "
-            f"got {tuple(out.shape)}, {out.dtype}, strides {out.stride()}"
-        )
+    out = _checked_out(out, x, "out")
+    if residual is not None:
+        if residual.shape != x.shape or residual.dtype != x.dtype:
+            raise ValueError(f"residual must match x ({tuple(x.shape)}, {x.dtype}), "
+                             f"got {tuple(residual.shape)}, {residual.dtype}")
+        residual = _time_contiguous(residual)
+    if sum_out is not None:
+        sum_out = _checked_out(sum_out, x, "sum_out")
+    if bias is not None:
+        if tuple(bias.shape) != (num_channels,):
+            raise ValueError(f"bias must have shape [{num_channels}], got {tuple(bias.shape)}")
+        bias = bias.contiguous()
     if x.numel() == 0:
         return out
     if config is None:
@@ -127,16 +154,53 @@ def snake_beta_triton(
     if num_c_tiles > _MAX_GRID_YZ:
         raise ValueError(f"{num_channels} channels need {num_c_tiles} channel tiles > {_MAX_GRID_YZ}")
     num_t_tiles = triton.cdiv(num_samples, config.block_t)
+    # Unused operands point at x (never read: their constexpr flags are off) with zero strides.
+    rs = residual if residual is not None else x
+    ss = sum_out if sum_out is not None else out
     # Batches beyond the grid's z limit go in slices; views keep the strides, no copies.
     for b0 in range(0, num_batch, _MAX_GRID_YZ):
-        xs, ys = x[b0:b0 + _MAX_GRID_YZ], out[b0:b0 + _MAX_GRID_YZ]
+        b1 = b0 + _MAX_GRID_YZ
+        xs, ys, r_rows, s_rows = x[b0:b1], out[b0:b1], rs[b0:b1], ss[b0:b1]
         grid = (num_t_tiles, num_c_tiles, xs.shape[0])
         _snake_beta_kernel[grid](
             xs, a, b, ys,
+            bias if bias is not None else a, r_rows, s_rows,
             num_channels, num_samples,
             xs.stride(0), xs.stride(1),
             ys.stride(0), ys.stride(1),
+            r_rows.stride(0), r_rows.stride(1),
+            s_rows.stride(0), s_rows.stride(1),
             BLOCK_C=config.block_c, BLOCK_T=config.block_t, FAST_SIN=config.fast_sin,
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, WRITE_SUM=sum_out is not None,
             num_warps=config.num_warps,
+        )
+    return out
+
+
+def snake_beta_fused_triton(
+    x: torch.Tensor,
+    alpha_exp: torch.Tensor,
+    inv_beta: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    return_sum: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(snake(x + bias + residual), the sum itself or None): the dispatcher's fused entry point."""
+    sum_out = torch.empty(x.shape, device=x.device, dtype=x.dtype) if return_sum else None
+    y = snake_beta_triton(x, alpha_exp, inv_beta, bias=bias, residual=residual, sum_out=sum_out)
+    return y, sum_out
+
+
+def _time_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(2) == 1 else t.contiguous()
+
+
+def _checked_out(out: torch.Tensor | None, x: torch.Tensor, name: str) -> torch.Tensor:
+    if out is None:
+        return torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    if out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1:
+        raise ValueError(
+            f"{name} must match x ({tuple(x.shape)}, {x.dtype}, time stride 1), "
+            f"got {tuple(out.shape)}, {out.dtype}, strides {out.stride()}"
         )
     return out

@@ -69,27 +69,39 @@ def test_decode_has_no_lookahead(models):
 
 
 def test_snake_goes_through_the_kernel_dispatcher_with_precomputed_params(models, monkeypatch):
-    """Every SnakeBeta calls kernels.snakebeta.snake_beta with exp(alpha), 1/(exp(beta)+1e-9)."""
+    """Every SnakeBeta calls the kernel dispatcher with exp(alpha), 1/(exp(beta)+1e-9), and in the
+    conv decoder each one also adds its producer conv's bias (and the residual) in the same pass."""
     from kernels import snakebeta
 
     official, ours = models
     calls = []
-    real = snakebeta.snake_beta
+    real_plain, real_fused = snakebeta.snake_beta, snakebeta.snake_beta_fused
 
-    def counting(x, alpha_exp, inv_beta):
-        calls.append((alpha_exp, inv_beta))
-        return real(x, alpha_exp, inv_beta)
+    def counting_plain(x, alpha_exp, inv_beta):
+        calls.append(("plain", alpha_exp, inv_beta, None, None, False))
+        return real_plain(x, alpha_exp, inv_beta)
 
-    monkeypatch.setattr(snakebeta, "snake_beta", counting)
+    def counting_fused(x, alpha_exp, inv_beta, bias=None, residual=None, return_sum=False):
+        calls.append(("fused", alpha_exp, inv_beta, bias, residual, return_sum))
+        return real_fused(x, alpha_exp, inv_beta, bias=bias, residual=residual, return_sum=return_sum)
+
+    monkeypatch.setattr(snakebeta, "snake_beta", counting_plain)
+    monkeypatch.setattr(snakebeta, "snake_beta_fused", counting_fused)
     ours.decode(random_codes(1, 2, seed=1))
     num_snakes = sum(1 for n, _ in official.named_modules() if type(_).__name__ == "SnakeBeta")
     assert len(calls) == num_snakes == 4 * 7 + 1
+    assert all(kind == "fused" and bias is not None for kind, _, _, bias, _, _ in calls)
+    # 3 residual units per block: each one's output goes to the next Snake with its residual.
+    assert sum(residual is not None for *_, residual, _ in calls) == 4 * 3
+    # The residual stream is stored where a unit starts (its input is also what it adds back).
+    assert sum(return_sum for *_, return_sum in calls) == 4 * 3
     final = dict(official.named_parameters())
     alpha, beta = final["decoder.5.alpha"].detach(), final["decoder.5.beta"].detach()
-    alpha_exp, inv_beta = calls[-1]
+    _, alpha_exp, inv_beta, bias, _, _ = calls[-1]
     assert alpha_exp.dtype == torch.float32 and inv_beta.dtype == torch.float32
     torch.testing.assert_close(alpha_exp, torch.exp(alpha), rtol=1e-6, atol=0)
     torch.testing.assert_close(inv_beta, 1.0 / (torch.exp(beta) + 1e-9), rtol=1e-6, atol=0)
+    assert torch.equal(bias, final["decoder.4.block.4.conv2.conv.bias"].detach())
 
 
 def test_bf16_load_keeps_derived_tables_fp32_and_tracks_fp32():

@@ -24,7 +24,8 @@ from triton_support import (ROOT, CountingLauncher, assert_dispatcher_took_trito
                             skip_if_interpreting, use_launcher)
 from kernels import snakebeta, snakebeta_config
 from kernels.snakebeta_config import MIN_ELEMS_PER_PROGRAM, SnakeConfig, choose_config
-from kernels.snakebeta_reference import snake_beta_reference, snake_params_from_log, storage_ulp
+from kernels.snakebeta_reference import (snake_beta_fused_reference, snake_beta_reference, snake_params_from_log,
+                                         storage_ulp)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Odd sizes: single element, rows shorter than any tile, B*C*T not a multiple of any block,
@@ -66,19 +67,56 @@ def _all_cases():
     return cases
 
 
+# Fused cases: (shape, dtype name, bias dtype or None, with residual, store the sum, x as a strided
+# time slice of a longer buffer like a padded conv output).
+FUSED_CASES = [
+    ((3, 5, 1001), "fp32", torch.float32, True, True, False),
+    ((3, 5, 1001), "bf16", torch.bfloat16, True, True, True),
+    ((2, 1536, 4), "bf16", torch.bfloat16, False, False, False),
+    ((4, 7, 33), "fp16", None, True, False, True),
+    ((2, 3, 7), "fp32", torch.float32, False, True, False),
+]
+
+
+def _fused_name(case):
+    shape, dname, bias_dtype, with_res, with_sum, strided = case
+    return (f"fused-{dname}-{'x'.join(map(str, shape))}-bias{bias_dtype is not None:d}"
+            f"-res{with_res:d}-sum{with_sum:d}-strided{strided:d}")
+
+
+def _fused_cases():
+    cases = {}
+    for i, case in enumerate(FUSED_CASES):
+        shape, dname, bias_dtype, with_res, with_sum, strided = case
+        x, a, b = _make_case(shape, DTYPES[dname], seed=200 + i)
+        if strided:  # x[..., :T] of a [B, C, T + 6] buffer, as the decoder's padded conv gives
+            wide = torch.randn(shape[0], shape[1], shape[2] + 6).to(x.dtype)
+            wide[..., : shape[2]] = x
+            x = wide[..., : shape[2]]
+        gen = torch.Generator().manual_seed(300 + i)
+        bias = (torch.randn(shape[1], generator=gen)).to(bias_dtype) if bias_dtype is not None else None
+        residual = (torch.randn(shape, generator=gen) * 2).to(x.dtype) if with_res else None
+        cases[_fused_name(case)] = (x, a, b, bias, residual, with_sum)
+    return cases
+
+
 def _assert_matches_reference(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
     assert y.shape == x.shape and y.dtype == x.dtype
     ref32 = snake_beta_reference(x.float(), a, b)
+    _assert_close_to(y, ref32)
+
+
+def _assert_close_to(y: torch.Tensor, ref32: torch.Tensor):
     err = (y.float() - ref32).abs()
     # The kernel reduces x*a by pi before sin: that adds <= ~2e-7 to sin(), so <= 6e-7 to sin^2, times
     # b <= e (beta in [-1, 1]) -> ~1.7e-6; 4e-6 leaves room for the final fp32 rounding of y.
     fp32_err = 4e-6
-    if x.dtype == torch.float32:
+    if y.dtype == torch.float32:
         limit = fp32_err + 2 * storage_ulp(ref32, torch.float32)
     else:
         # One ulp of the storage dtype: GPU rounds to nearest (<= 0.5 ulp) and the interpreter
         # truncates fp32 -> bf16 (< 1 ulp). Computing in bf16/fp16 instead of fp32 breaks this.
-        limit = fp32_err + storage_ulp(ref32, x.dtype)
+        limit = fp32_err + storage_ulp(ref32, y.dtype)
     bad = err > limit
     assert not bad.any(), (
         f"{int(bad.sum())} of {err.numel()} elements off; worst err {err.max().item():.3g} "
@@ -94,9 +132,11 @@ def _assert_matches_reference(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor,
 def interpreted(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("snake_interp")
     torch.save(_all_cases(), work_dir / "cases.pt")
+    torch.save(_fused_cases(), work_dir / "fused_cases.pt")
     info = run_interpreter_child(__file__, work_dir, snakebeta.CPU_TRITON_ENV, timeout=300)
     outputs = torch.load(work_dir / "outputs.pt")
-    return torch.load(work_dir / "cases.pt"), outputs, info
+    cases = {**torch.load(work_dir / "cases.pt"), **torch.load(work_dir / "fused_cases.pt")}
+    return cases, outputs, info
 
 
 @pytest.mark.parametrize("name", list(_all_cases()))
@@ -136,6 +176,31 @@ def test_strided_and_inplace_inputs(interpreted):
     _assert_matches_reference(outputs["strided/transposed"], x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
     _assert_matches_reference(outputs["strided/inplace"], x, a, b)
     assert outputs["strided/inplace_is_x"]
+
+
+@pytest.mark.parametrize("name", [_fused_name(c) for c in FUSED_CASES])
+def test_fused_kernel_matches_reference(interpreted, name):
+    """snake(x + bias + residual) and the stored sum, against the sum formed in fp32 in that order."""
+    cases, outputs, _ = interpreted
+    x, a, b, bias, residual, with_sum = cases[name]
+    y, total = outputs[f"kernel/{name}"]
+    ref_y, _ = snake_beta_fused_reference(x.float(), a, b, bias, residual.float() if residual is not None else None, True)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    _assert_close_to(y, ref_y)
+    assert (total is not None) == with_sum
+    if with_sum:
+        _, ref_total32 = snake_beta_fused_reference(x.float(), a, b, bias,
+                                                    residual.float() if residual is not None else None, True)
+        assert total.dtype == x.dtype
+        if x.dtype == torch.float32:  # same fp32 additions in the same order: bit for bit
+            assert torch.equal(total, ref_total32)
+        else:  # one rounding to the storage dtype (the interpreter truncates: < 1 ulp)
+            assert ((total.float() - ref_total32).abs() <= storage_ulp(ref_total32, x.dtype)).all()
+    # The dispatcher adds nothing to the kernel's result.
+    d_y, d_total = outputs[f"dispatch/{name}"]
+    assert torch.equal(d_y, y) and (d_total is None) == (total is None)
+    if total is not None:
+        assert torch.equal(d_total, total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,23 +309,71 @@ def test_bad_arguments_raise_value_error(fresh_dispatcher, bad, match):
     assert snakebeta.triton_failure() is None, "bad input must not disable the kernel"
 
 
-@pytest.mark.parametrize("dtype, fast_sin", [("bf16", True), ("fp32", False)])
-def test_kernel_compiles_for_hopper(dtype, fast_sin):
+def test_fused_reference_is_add_then_snake():
+    """The fused reference is the unfused composition (in fp32: conv bias add, residual add, Snake)."""
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=7)
+    bias, residual = torch.randn(3), torch.randn(2, 3, 50)
+    y, total = snake_beta_fused_reference(x, a, b, bias, residual, True)
+    assert torch.equal(total, x + bias.view(1, -1, 1) + residual)
+    assert torch.equal(y, snake_beta_reference(total, a, b))
+    assert snake_beta_fused_reference(x, a, b, None, None, False)[1] is None
+
+
+def test_fused_cpu_path_uses_eager_and_forced_path_calls_launcher(fresh_dispatcher, monkeypatch):
+    x, a, b = _make_case((2, 3, 50), torch.float32, seed=8)
+    bias = torch.randn(3)
+    expected = snake_beta_fused_reference(x, a, b, bias, None, True)
+    got = snakebeta.snake_beta_fused(x, a, b, bias=bias, return_sum=True)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    fresh = fresh_route(monkeypatch, snakebeta, route_attr="_fused_route")
+    launcher = use_launcher(fresh, snakebeta, CountingLauncher(
+        lambda *args: tuple(t + 1.0 if t is not None else None for t in snake_beta_fused_reference(*args))),
+        route_attr="_fused_route")
+    got = snakebeta.snake_beta_fused(x, a, b, bias=bias, return_sum=True)
+    assert torch.equal(got[0], expected[0] + 1.0) and launcher.num_calls == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (lambda x: {"bias": torch.zeros(4)}, r"bias must have shape \[3\]"),
+    (lambda x: {"residual": x[:, :, 1:]}, r"residual must match x"),
+    (lambda x: {"residual": x.double()}, r"residual must match x"),
+])
+def test_fused_bad_arguments_raise_value_error(kwargs, match):
+    x, a, b = _make_case((2, 3, 5), torch.float32, seed=9)
+    with pytest.raises(ValueError, match=match):
+        snakebeta.snake_beta_fused(x, a, b, **kwargs(x))
+
+
+@pytest.mark.parametrize("dtype, fast_sin, fused", [("bf16", True, False), ("fp32", False, False), ("bf16", True, True)])
+def test_kernel_compiles_for_hopper(dtype, fast_sin, fused):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the inline asm, the libdevice sin and
-    16-byte vector loads/stores when T is a multiple of 16, as the JIT specializes at run time."""
+    16-byte vector loads/stores when T is a multiple of 16, as the JIT specializes at run time; the
+    fused form (bias, residual, stored sum) loads and stores its extra operands vectorized too."""
     from kernels import snakebeta_triton
 
     skip_if_interpreting(snakebeta_triton)
-    ints = ["num_channels", "num_samples", "x_stride_b", "x_stride_c", "y_stride_b", "y_stride_c"]
+    ints = ["num_channels", "num_samples", "x_stride_b", "x_stride_c", "y_stride_b", "y_stride_c",
+            "r_stride_b", "r_stride_c", "s_stride_b", "s_stride_c"]
     signature = {"x_ptr": f"*{dtype}", "a_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": f"*{dtype}",
+                 "bias_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "s_ptr": f"*{dtype}",
                  **{name: "i32" for name in ints},
-                 "BLOCK_C": "constexpr", "BLOCK_T": "constexpr", "FAST_SIN": "constexpr"}
-    divisible = [0, 1, 2, 3, 5, 6, 7, 8, 9]  # pointers, T and the strides: multiples of 16
-    kernel = compile_for_hopper(snakebeta_triton._snake_beta_kernel, signature,
-                                {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin}, divisible, num_warps=8)
+                 "BLOCK_C": "constexpr", "BLOCK_T": "constexpr", "FAST_SIN": "constexpr",
+                 "HAS_BIAS": "constexpr", "HAS_RESIDUAL": "constexpr", "WRITE_SUM": "constexpr"}
+    divisible = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16]  # pointers, T and the strides
+    constants = {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin,
+                 "HAS_BIAS": fused, "HAS_RESIDUAL": fused, "WRITE_SUM": fused}
+    kernel = compile_for_hopper(snakebeta_triton._snake_beta_kernel, signature, constants, divisible, num_warps=8)
     ptx = kernel.asm["ptx"]
     assert ("sin.approx.f32" in ptx) == fast_sin
-    assert re.search(r"ld\.global[^\n]*\.v4", ptx) and re.search(r"st\.global[^\n]*\.v4", ptx)
+    vector_loads = re.findall(r"ld\.global[^\n]*\.v4", ptx)
+    vector_stores = re.findall(r"st\.global[^\n]*\.v4", ptx)
+    assert vector_loads and vector_stores
+    if fused:  # x and the residual are loaded, y and the sum stored, each as 16-byte vectors
+        plain = compile_for_hopper(snakebeta_triton._snake_beta_kernel, signature,
+                                   {**constants, "HAS_BIAS": False, "HAS_RESIDUAL": False, "WRITE_SUM": False},
+                                   divisible, num_warps=8).asm["ptx"]
+        assert len(vector_loads) > len(re.findall(r"ld\.global[^\n]*\.v4", plain))
+        assert len(vector_stores) == 2 * len(re.findall(r"st\.global[^\n]*\.v4", plain))
 
 
 def test_benchmark_smoke_runs(tmp_path):
@@ -282,7 +395,7 @@ def test_benchmark_smoke_runs(tmp_path):
 
 
 def _run_child(work_dir: Path) -> None:
-    from kernels.snakebeta_triton import is_interpreting, snake_beta_triton
+    from kernels.snakebeta_triton import is_interpreting, snake_beta_fused_triton, snake_beta_triton
 
     cases = torch.load(work_dir / "cases.pt")
     outputs = {}
@@ -300,6 +413,10 @@ def _run_child(work_dir: Path) -> None:
     outputs["strided/time_slice"] = snake_beta_triton(x[:, :, 5:], a, b)
     outputs["strided/batch_step"] = snake_beta_triton(x[::2], a, b)
     outputs["strided/transposed"] = snake_beta_triton(x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
+    for name, (xf, af, bf, bias, residual, with_sum) in torch.load(work_dir / "fused_cases.pt").items():
+        outputs[f"kernel/{name}"] = snake_beta_fused_triton(xf, af, bf, bias, residual, with_sum)
+        outputs[f"dispatch/{name}"] = snakebeta.snake_beta_fused(xf, af, bf, bias=bias, residual=residual,
+                                                                 return_sum=with_sum)
     x_copy = x.clone()
     outputs["strided/inplace"] = snake_beta_triton(x_copy, a, b, out=x_copy)
     outputs["strided/inplace_is_x"] = outputs["strided/inplace"].data_ptr() == x_copy.data_ptr()

@@ -112,10 +112,13 @@ def assert_dispatcher_took_triton(info: dict) -> None:
 # In-process routing with stand-in launchers
 
 
-def fresh_route(monkeypatch, dispatcher):
-    """No recorded failure, no launcher loaded, no CPU env var: undone after the test. Returns monkeypatch."""
-    monkeypatch.setattr(dispatcher._route, "failure", None)
-    monkeypatch.setattr(dispatcher._route, "launcher", None)
+def fresh_route(monkeypatch, dispatcher, route_attr: str = "_route"):
+    """No recorded failure, no launcher loaded, no CPU env var: undone after the test. Returns monkeypatch.
+
+    route_attr names the dispatcher's TritonRoute (a dispatcher with two entry points has two)."""
+    route = getattr(dispatcher, route_attr)
+    monkeypatch.setattr(route, "failure", None)
+    monkeypatch.setattr(route, "launcher", None)
     monkeypatch.delenv(dispatcher.CPU_TRITON_ENV, raising=False)
     return monkeypatch
 
@@ -135,9 +138,9 @@ class CountingLauncher:
         return self.result(*args)
 
 
-def use_launcher(fresh, dispatcher, launcher: CountingLauncher) -> CountingLauncher:
+def use_launcher(fresh, dispatcher, launcher: CountingLauncher, route_attr: str = "_route") -> CountingLauncher:
     """Patch `launcher` in as the loaded one and force the CPU Triton path."""
-    fresh.setattr(dispatcher._route, "launcher", launcher)
+    fresh.setattr(getattr(dispatcher, route_attr), "launcher", launcher)
     fresh.setenv(dispatcher.CPU_TRITON_ENV, "1")
     return launcher
 

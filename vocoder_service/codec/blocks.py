@@ -1,5 +1,15 @@
-"""SnakeBeta, the ConvNeXt upsampler block and the conv decoder blocks (official names)."""
+"""SnakeBeta, the ConvNeXt upsampler block and the conv decoder blocks (official names).
+
+In the conv decoder every conv's output goes to a SnakeBeta, either directly or after the residual
+add. So a conv there returns its output without the bias as a `PendingSum` (raw output, bias,
+residual to add), and the SnakeBeta that consumes it adds bias and residual in its own pass over
+the activation; where the sum is needed again (the residual stream of the next unit) the same
+pass stores it. Same math as conv + bias, then + residual, then SnakeBeta, in one pass instead of
+three (the separate broadcast bias add and strided residual add were ~15% of a batch-64 step).
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +22,15 @@ from vocoder_service.codec.precision import apply_keeping_fp32
 from vocoder_service.codec.stream_state import StepState
 
 RESIDUAL_DILATIONS = (1, 3, 9)
+
+
+@dataclass
+class PendingSum:
+    """raw + bias + residual, not yet materialised: the SnakeBeta that consumes it adds them."""
+
+    raw: torch.Tensor  # [B, C, T], a conv output without its bias (may be a strided view)
+    bias: torch.Tensor | None = None  # [C]
+    residual: torch.Tensor | None = None  # [B, C, T], the residual stream this output adds to
 
 
 class SnakeBeta(nn.Module):
@@ -39,9 +58,20 @@ class SnakeBeta(nn.Module):
     def _apply(self, fn, recurse=True):
         return apply_keeping_fp32(self, super()._apply, fn, recurse, self._DERIVED)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | PendingSum) -> torch.Tensor:
         # x: [B, C, T]; looked up through the module so the dispatcher can be swapped at runtime.
+        if isinstance(x, PendingSum):
+            return self.with_sum(x, return_sum=False)[0]
         return snake_kernels.snake_beta(x, self.alpha_exp, self.inv_beta)
+
+    def with_sum(self, x: torch.Tensor | PendingSum, return_sum: bool = True):
+        """(SnakeBeta(x), x materialised) for a pending sum, in one pass; a plain x is its own sum."""
+        if not isinstance(x, PendingSum):
+            return self(x), x
+        if x.bias is None and x.residual is None:
+            return self(x.raw), x.raw
+        return snake_kernels.snake_beta_fused(x.raw, self.alpha_exp, self.inv_beta,
+                                              bias=x.bias, residual=x.residual, return_sum=return_sum)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -63,7 +93,7 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """x + conv1x1(Snake(conv7_dilated(Snake(x))))."""
+    """x + conv1x1(Snake(conv7_dilated(Snake(x)))), returned as a PendingSum (see the module doc)."""
 
     def __init__(self, dim: int, dilation: int, samples_per_frame: int) -> None:
         super().__init__()
@@ -72,9 +102,11 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1, samples_per_frame=samples_per_frame)
 
-    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        h = self.conv1(self.act1(x), state)
-        return x + self.conv2(self.act2(h), state)
+    def forward(self, x: torch.Tensor | PendingSum, state: StepState | None = None) -> PendingSum:
+        act, stream = self.act1.with_sum(x)  # the unit's input is both Snake's input and the residual
+        h = self.conv1(act, state, add_bias=False)
+        out = self.conv2(self.act2(PendingSum(h, self.conv1.conv.bias)), state, add_bias=False)
+        return PendingSum(out, self.conv2.conv.bias, residual=stream)
 
 
 class DecoderBlock(nn.Module):
@@ -91,9 +123,10 @@ class DecoderBlock(nn.Module):
             + [ResidualUnit(out_dim, d, out_rate) for d in RESIDUAL_DILATIONS]
         )
 
-    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # x: [B, in_dim, T] -> [B, out_dim, T * rate]
-        x = self.block[0](x)
-        for layer in self.block[1:]:
-            x = layer(x, state)
-        return x
+    def forward(self, x: torch.Tensor | PendingSum, state: StepState | None = None) -> PendingSum:
+        # x: [B, in_dim, T] -> [B, out_dim, T * rate], as a PendingSum for the next SnakeBeta.
+        upsample = self.block[1]
+        out = PendingSum(upsample(self.block[0](x), state, add_bias=False), upsample.conv.bias)
+        for unit in self.block[2:]:
+            out = unit(out, state)
+        return out

@@ -39,29 +39,34 @@ class CausalConv1d(nn.Module):
             return {}
         return {self.state_key: (self.conv.in_channels, self.context_len)}
 
-    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # x: [B, C_in, T] -> [B, C_out, T]
+    def forward(self, x: torch.Tensor, state: StepState | None = None, add_bias: bool = True) -> torch.Tensor:
+        # x: [B, C_in, T] -> [B, C_out, T]. add_bias=False leaves the bias to the consumer (the
+        # decoder's SnakeBeta adds it in its own pass: a separate broadcast add costs a full pass).
+        bias = self.conv.bias if add_bias else None
         if self.context_len == 0:
-            return self.conv(x)
+            return self._conv(x, bias)
         if state is None:
             full = F.pad(x, (self.context_len, 0))
-            return self.conv(full)
+            return self._conv(full, bias)
         tail = state.context(self.state_key)  # [B, C_in, context_len]
         num_samples = x.shape[-1]  # static per captured (bs, t) shape, so this branch is too
         if num_samples < self.context_len:
             full = torch.cat([tail, x], dim=-1)
             state.advance(self.state_key, full, self.samples_per_frame)
-            return self.conv(full)
+            return self._conv(full, bias)
         # Long inputs (the 400 Hz .. 24 kHz stages): never materialise [tail ++ x], a full copy of
         # the activation per conv (7.5% of an eager batch-64 step on the H200). Convolve x with
         # zero left context, then recompute only the first context_len outputs from the tail.
         state.advance_split(self.state_key, tail, x, self.samples_per_frame)
-        conv = self.conv
-        out = F.conv1d(x, conv.weight, conv.bias, padding=self.context_len, dilation=conv.dilation, groups=conv.groups)
+        out = self._conv(x, bias, padding=self.context_len)
         out = out[..., :num_samples]  # outputs of positions 0..T-1 (the right padding is dropped)
         edge = torch.cat([tail, x[..., : self.context_len]], dim=-1)  # [B, C_in, 2 * context_len]
-        out[..., : self.context_len] = conv(edge)
+        out[..., : self.context_len] = self._conv(edge, bias)
         return out
+
+    def _conv(self, x: torch.Tensor, bias: torch.Tensor | None, padding: int = 0) -> torch.Tensor:
+        conv = self.conv
+        return F.conv1d(x, conv.weight, bias, padding=padding, dilation=conv.dilation, groups=conv.groups)
 
 
 class CausalConvTranspose1d(nn.Module):
@@ -84,11 +89,11 @@ class CausalConvTranspose1d(nn.Module):
             return {}
         return {self.state_key: (self.conv.in_channels, self.context_len)}
 
-    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
-        # x: [B, C_in, T] -> [B, C_out, T * stride]
+    def forward(self, x: torch.Tensor, state: StepState | None = None, add_bias: bool = True) -> torch.Tensor:
+        # x: [B, C_in, T] -> [B, C_out, T * stride]; add_bias=False as for CausalConv1d.
         num_out = x.shape[-1] * self.stride
         if self.context_len == 0:
-            return self.conv(x)[..., :num_out]
+            return self._conv(x, add_bias)[..., :num_out]
         if state is None:
             full = F.pad(x, (self.context_len, 0))
         else:
@@ -97,4 +102,8 @@ class CausalConvTranspose1d(nn.Module):
         # The first context_len*stride outputs belong to frames already emitted (or to the zero
         # padding); everything after num_out is the right trim.
         skip = self.context_len * self.stride
-        return self.conv(full)[..., skip : skip + num_out]
+        return self._conv(full, add_bias)[..., skip : skip + num_out]
+
+    def _conv(self, x: torch.Tensor, add_bias: bool) -> torch.Tensor:
+        conv = self.conv
+        return F.conv_transpose1d(x, conv.weight, conv.bias if add_bias else None, stride=conv.stride)

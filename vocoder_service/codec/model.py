@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from vocoder_service.codec.blocks import ConvNeXtBlock, DecoderBlock, SnakeBeta
+from vocoder_service.codec.blocks import ConvNeXtBlock, DecoderBlock, PendingSum, SnakeBeta
 from vocoder_service.codec.config import DecoderConfig
 from vocoder_service.codec.convs import CausalConv1d, CausalConvTranspose1d
 from vocoder_service.codec.loading import load_code2wav
@@ -81,7 +81,8 @@ class Code2Wav(nn.Module):
         hidden = self.pre_transformer(hidden.transpose(1, 2), state).transpose(1, 2)
         for conv_t, convnext in self.upsample:
             hidden = convnext(conv_t(hidden, state), state)
-        wav = self.decoder[0](hidden, state)
+        first = self.decoder[0]
+        wav = PendingSum(first(hidden, state, add_bias=False), first.conv.bias)  # bias added by the next Snake
         for block in self.decoder[1:-2]:
             wav = block(wav, state)
         wav = self.decoder[-1](self.decoder[-2](wav), state)
