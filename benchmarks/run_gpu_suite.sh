@@ -7,6 +7,7 @@
 #                            with torch's CUDA ops, CUDA-graph capture), before anything is timed
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
+#   conv                     the decoder's causal convs, cuDNN vs the Triton kernel (benchmarks/bench_causal_conv.py)
 #   decoder-profile          top kernels and top ATen ops of eager vocoder steps (PROFILE_SHAPES, 64x25)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
@@ -178,6 +179,8 @@ for w in $which; do
           --compile-dynamic-frames "${VOCODER_COMPILE_DYNAMIC_FRAMES:-}" \
           --out "$OUT/vocoder-service$suffix.json" 2>&1 | tee "$OUT/vocoder-service$suffix.log"
       done ;;
+    conv)   # the decoder's causal convs: cuDNN against the Triton kernel, with a tile sweep
+      python3 benchmarks/bench_causal_conv.py --out "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" ;;
     decoder-profile)   # where one eager batch x frames step spends GPU time, by kernel and by ATen op
       for shape in ${PROFILE_SHAPES:-64x25}; do
         python3 benchmarks/profile_decoder.py --batch "${shape%x*}" --frames "${shape#*x}" --cudnn-benchmark 0 \

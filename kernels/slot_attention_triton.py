@@ -39,34 +39,14 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
+
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_SPLITS = 16
 MIN_SPLIT_POSITIONS = 256  # a split covers at least this many positions of a full-length row
 _LOG2E = 1.4426950408889634
 _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
-
-
-@triton.jit
-def _to_f32(v):
-    """A loaded tile as exact fp32 (bf16 by bits: the interpreter's bf16 cast mangles subnormals)."""
-    if v.dtype == tl.bfloat16:
-        return (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
-    else:
-        return v.to(tl.float32)
-
-
-@triton.jit
-def _from_f32(v, dtype: tl.constexpr):
-    """fp32 -> dtype; bf16 rounded to nearest even by bits (the GPU's cvt.rn, which the interpreter's
-    truncating cast is not). NaN stays NaN."""
-    if dtype == tl.bfloat16:
-        bits = v.to(tl.uint32, bitcast=True)
-        rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
-        rounded = tl.where(v != v, bits >> 16, rounded)
-        return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        return v.to(dtype)
 
 
 @triton.jit
