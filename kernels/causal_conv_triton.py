@@ -27,11 +27,11 @@ _MAX_GRID_YZ = 65535
 @triton.jit
 def _causal_conv_kernel(
     x_ptr, tail_ptr, w_ptr, bias_ptr, y_ptr,
-    c_in, c_out, num_samples,
+    c_out, num_samples,
     x_stride_b, x_stride_c,
     tail_stride_b, tail_stride_c,
     y_stride_b, y_stride_c,
-    K: tl.constexpr, DILATION: tl.constexpr,
+    C_IN: tl.constexpr, K: tl.constexpr, DILATION: tl.constexpr,
     HAS_TAIL: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr, BLOCK_T: tl.constexpr,
     DOT_FP32: tl.constexpr,
@@ -51,10 +51,12 @@ def _causal_conv_kernel(
     for k in tl.static_range(K):
         src = times + (k * DILATION - context_len)  # [BLOCK_T] input positions of tap k (< 0: tail)
         from_x = time_ok & (src >= 0)
-        for ci0 in range(0, c_in, BLOCK_CI):
+        # C_IN is a compile-time constant: a handful of values in the decoder, and a loop with
+        # constant bounds (the interpreter of triton < 3.7 cannot take runtime bounds under numpy >= 2.4).
+        for ci0 in range(0, C_IN, BLOCK_CI):
             ins = ci0 + tl.arange(0, BLOCK_CI)  # [BLOCK_CI]
-            in_ok = ins < c_in
-            w = tl.load(w_ptr + (k * c_out + outs[:, None]) * c_in + ins[None, :],
+            in_ok = ins < C_IN
+            w = tl.load(w_ptr + (k * c_out + outs[:, None]) * C_IN + ins[None, :],
                         mask=out_ok[:, None] & in_ok[None, :], other=0.0)  # [BLOCK_CO, BLOCK_CI]
             chan_offs = ins.to(tl.int64)[:, None]
             xv = tl.load(x_row + chan_offs * x_stride_c + src[None, :],
@@ -119,11 +121,11 @@ def causal_conv1d_triton(
         xs, ys, ts = x[b0:b0 + _MAX_GRID_YZ], y[b0:b0 + _MAX_GRID_YZ], tail_arg[b0:b0 + _MAX_GRID_YZ]
         _causal_conv_kernel[(grid_t, grid_co, xs.shape[0])](
             xs, ts, weight_kco, bias if bias is not None else weight_kco, ys,
-            c_in, c_out, num_samples,
+            c_out, num_samples,
             xs.stride(0), xs.stride(1),
             ts.stride(0), ts.stride(1),
             ys.stride(0), ys.stride(1),
-            K=num_taps, DILATION=dilation, HAS_TAIL=tail is not None, HAS_BIAS=bias is not None,
+            C_IN=c_in, K=num_taps, DILATION=dilation, HAS_TAIL=tail is not None, HAS_BIAS=bias is not None,
             BLOCK_CO=config.block_co, BLOCK_CI=config.block_ci, BLOCK_T=config.block_t,
             DOT_FP32=x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and is_interpreting()),
             num_warps=config.num_warps, num_stages=config.num_stages,

@@ -204,16 +204,16 @@ def test_kernel_compiles_for_hopper_with_tensor_cores():
     from kernels import causal_conv_triton
 
     skip_if_interpreting(causal_conv_triton)
-    ints = ["c_in", "c_out", "num_samples", "x_stride_b", "x_stride_c", "tail_stride_b", "tail_stride_c",
+    ints = ["c_out", "num_samples", "x_stride_b", "x_stride_c", "tail_stride_b", "tail_stride_c",
             "y_stride_b", "y_stride_c"]
     signature = {"x_ptr": "*bf16", "tail_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*bf16", "y_ptr": "*bf16",
                  **{name: "i32" for name in ints},
-                 **{name: "constexpr" for name in ("K", "DILATION", "HAS_TAIL", "HAS_BIAS", "BLOCK_CO", "BLOCK_CI",
+                 **{name: "constexpr" for name in ("C_IN", "K", "DILATION", "HAS_TAIL", "HAS_BIAS", "BLOCK_CO", "BLOCK_CI",
                                                    "BLOCK_T", "DOT_FP32")}}
-    constants = {"K": 7, "DILATION": 3, "HAS_TAIL": True, "HAS_BIAS": True, "BLOCK_CO": 128, "BLOCK_CI": 32,
+    constants = {"C_IN": 96, "K": 7, "DILATION": 3, "HAS_TAIL": True, "HAS_BIAS": True, "BLOCK_CO": 128, "BLOCK_CI": 32,
                  "BLOCK_T": 128, "DOT_FP32": False}
     kernel = compile_for_hopper(causal_conv_triton._causal_conv_kernel, signature, constants,
-                                [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], num_warps=8, num_stages=3)
+                                [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], num_warps=8, num_stages=3)
     ptx = kernel.asm["ptx"]
     assert re.search(r"\b(mma|wgmma)\b", ptx), "bf16 dots must use tensor cores"
 
