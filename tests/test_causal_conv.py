@@ -134,7 +134,14 @@ def test_choose_conv_config_rejects_empty_sizes():
 
 @pytest.fixture
 def fresh_dispatcher(monkeypatch):
-    return fresh_route(monkeypatch, causal_conv)
+    fresh = fresh_route(monkeypatch, causal_conv)
+    fresh.delenv(causal_conv.ENABLE_ENV, raising=False)
+    return fresh
+
+
+def _enabled(fresh):
+    fresh.setenv(causal_conv.ENABLE_ENV, "1")
+    return fresh
 
 
 def _small():
@@ -147,17 +154,17 @@ def test_cpu_uses_reference_without_touching_triton(fresh_dispatcher):
     assert torch.equal(causal_conv.causal_conv1d(*args), causal_conv1d_reference(*args))
 
 
-def test_forced_cpu_path_calls_launcher_and_env_switch_turns_it_off(fresh_dispatcher):
+def test_kernel_is_opt_in_and_forced_cpu_path_calls_launcher(fresh_dispatcher):
     launcher = use_launcher(fresh_dispatcher, causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a) + 1))
     args = _small()
+    assert torch.equal(causal_conv.causal_conv1d(*args), causal_conv1d_reference(*args))  # not asked for
+    fresh_dispatcher.setenv(causal_conv.ENABLE_ENV, "1")
     assert torch.equal(causal_conv.causal_conv1d(*args), causal_conv1d_reference(*args) + 1)
-    fresh_dispatcher.setenv(causal_conv.DISABLE_ENV, "0")
-    assert torch.equal(causal_conv.causal_conv1d(*args), causal_conv1d_reference(*args))
     assert launcher.num_calls == 1
 
 
 def test_grad_path_uses_reference(fresh_dispatcher):
-    launcher = use_launcher(fresh_dispatcher, causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a) + 1))
+    launcher = use_launcher(_enabled(fresh_dispatcher), causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a) + 1))
     x, w, d, tail, bias = _small()
     x.requires_grad_(True)
     y = causal_conv.causal_conv1d(x, w, d, tail, bias)
@@ -166,14 +173,14 @@ def test_grad_path_uses_reference(fresh_dispatcher):
 
 def test_failure_is_logged_once_and_never_retried(fresh_dispatcher, caplog):
     args = _small()
-    check_failure_logged_once_and_remembered(fresh_dispatcher, caplog, causal_conv,
+    check_failure_logged_once_and_remembered(_enabled(fresh_dispatcher), caplog, causal_conv,
                                              lambda: causal_conv.causal_conv1d(*args),
                                              equal_to(causal_conv1d_reference(*args)))
 
 
 def test_import_failure_is_recorded(fresh_dispatcher, caplog):
     args = _small()
-    check_import_failure_is_recorded(fresh_dispatcher, caplog, causal_conv, lambda: causal_conv.causal_conv1d(*args),
+    check_import_failure_is_recorded(_enabled(fresh_dispatcher), caplog, causal_conv, lambda: causal_conv.causal_conv1d(*args),
                                      equal_to(causal_conv1d_reference(*args)))
 
 
@@ -181,7 +188,7 @@ def test_real_launch_failure_falls_back(fresh_dispatcher):
     from kernels import causal_conv_triton
 
     args = _small()
-    check_real_launch_failure_falls_back(fresh_dispatcher, causal_conv, causal_conv_triton,
+    check_real_launch_failure_falls_back(_enabled(fresh_dispatcher), causal_conv, causal_conv_triton,
                                          lambda: causal_conv.causal_conv1d(*args),
                                          equal_to(causal_conv1d_reference(*args)))
 
@@ -246,6 +253,7 @@ def _run_child(work_dir: Path) -> None:
 
     cases = torch.load(work_dir / "cases.pt")
     outputs = {}
+    os.environ[causal_conv.ENABLE_ENV] = "1"
     for name, args in cases.items():
         outputs[f"kernel/{name}"] = causal_conv1d_triton(*args)
         outputs[f"forced/{name}"] = causal_conv1d_triton(*args, config=FORCED)
@@ -263,10 +271,10 @@ def _run_child(work_dir: Path) -> None:
 
     model = tiny_code2wav()
     codes = random_codes(2, 3, seed=7)
-    os.environ[causal_conv.DISABLE_ENV] = "0"  # offline reference: cuDNN/ATen convs, eager Snake
+    os.environ[causal_conv.ENABLE_ENV] = "0"  # offline reference: cuDNN/ATen convs, eager Snake
     os.environ[snakebeta.CPU_TRITON_ENV] = "0"
     outputs["decoder/offline"] = model.decode(codes)
-    os.environ[causal_conv.DISABLE_ENV] = "1"
+    os.environ[causal_conv.ENABLE_ENV] = "1"
     os.environ[snakebeta.CPU_TRITON_ENV] = "1"
     calls = []
     real = causal_conv1d_triton
