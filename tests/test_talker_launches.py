@@ -45,6 +45,8 @@ def test_frame_step_stays_within_its_launch_budget():
     assert "aten.copy_" not in report["by_op"]                 # were 2 x 75: the predictor's frame cache
     assert report["by_op"]["aten.index_put_"] == 1   # the sampling history's; 2 x 28 more were the slot cache's
     assert report["by_op"]["qwen3tts.slot_decode_attention"] == 28   # talker: in place over the slot cache
+    # the talker's attention lengths (positions + 1) are one add per step, not one per layer (were 28)
+    assert report["by_op"]["aten.add"] <= 4
     assert report["by_op"]["sdpa"] == 15 * 5                         # code predictor: its small frame cache
     assert report["by_op"]["aten.mm"] == 4 * NUM_LAYER_PASSES + 16   # qkv, o, gate_up, down + 16 heads
 

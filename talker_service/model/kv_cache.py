@@ -99,6 +99,9 @@ class SlotDecodeView:
 
     def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor):
         self.cache, self.slots, self.positions = cache, slots, positions
+        # keys each row attends over (0..position, this step's included): one add per step, not one
+        # per layer (the decode step is launch-bound at small batches)
+        self.lengths = positions + 1
 
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
@@ -108,7 +111,7 @@ class SlotDecodeView:
         read in place (kernels/slot_attention.py): no gather of the context bucket, nothing read past
         a row's own length; mask is unused (it is None: the lengths are the mask). -> [bs, heads, 1, D]."""
         out = slot_decode_attention(q[:, :, 0], self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots,
-                                    self.positions + 1, q.shape[-1] ** -0.5)
+                                    self.lengths, q.shape[-1] ** -0.5)
         return out[:, :, None]
 
 
