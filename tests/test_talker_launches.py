@@ -45,6 +45,10 @@ def test_frame_step_stays_within_its_launch_budget():
     assert "aten.copy_" not in report["by_op"]                 # were 2 x 75: the predictor's frame cache
     assert report["by_op"]["aten.index_put_"] == 1   # the sampling history's; 2 x 28 more were the slot cache's
     assert report["by_op"]["qwen3tts.slot_decode_attention"] == 28   # talker: in place over the slot cache
+    # the frame's 16 noise keys: one qwen3tts.noise_keys launch instead of ~65 integer ops of hash_noise
+    assert report["by_op"]["qwen3tts.noise_keys"] == 1
+    for op in ("aten.bitwise_xor", "aten.__rshift__", "aten.bitwise_and"):
+        assert report["by_op"].get(op, 0) <= 1, op   # only penalize_and_mask's EOS mask (&)
     # the talker's attention lengths (positions + 1) are one add per step, not one per layer (were 28)
     assert report["by_op"]["aten.add"] <= 4
     assert report["by_op"]["sdpa"] == 15 * 5                         # code predictor: its small frame cache
