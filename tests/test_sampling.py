@@ -250,6 +250,52 @@ def test_slot_table_gathers_rows_and_records_history():
         table.assign(4, SamplingParams())
 
 
+def test_slot_table_gathers_every_field_in_three_launches():
+    """One index_select per dtype table (float32, int64, bool) instead of one per field, and every
+    gathered field equals the per-field gather it replaced; the history's extra flag columns never
+    show in the history."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from talker_service.model import SlotSamplingTable
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    table = SlotSamplingTable(6, VOCAB, "cpu")
+    table.assign(4, SamplingParams(temperature=0.7, top_k=3, top_p=0.8, repetition_penalty=1.3, do_sample=False,
+                                   subtalker_temperature=1.1, subtalker_top_k=9, subtalker_top_p=0.6,
+                                   subtalker_dosample=True, min_new_tokens=5, seed=2**62 + 7))
+    table.assign(1, SamplingParams(seed=11, subtalker_dosample=False))
+    table.record(torch.tensor([4, 1]), torch.tensor([VOCAB - 1, 0]))
+    slots = torch.tensor([4, 1, 4])
+    with Ops() as ops:
+        rows = table.gather(slots)
+    launching = [name for name in ops.names if name not in ("aten.unbind", "aten.slice", "aten.select")]
+    assert launching == ["aten.index_select"] * 3, ops.names
+    expected = {
+        "temperature": (rows.talker.temperature, table.temperature), "top_k": (rows.talker.top_k, table.top_k),
+        "top_p": (rows.talker.top_p, table.top_p), "do_sample": (rows.talker.do_sample, table.do_sample),
+        "sub_temperature": (rows.subtalker.temperature, table.sub_temperature),
+        "sub_top_k": (rows.subtalker.top_k, table.sub_top_k), "sub_top_p": (rows.subtalker.top_p, table.sub_top_p),
+        "sub_do_sample": (rows.subtalker.do_sample, table.sub_do_sample),
+        "repetition_penalty": (rows.repetition_penalty, table.repetition_penalty),
+        "min_new_tokens": (rows.min_new_tokens, table.min_new_tokens), "seeds": (rows.seeds, table.seeds),
+        "history": (rows.history, table.history),
+    }
+    for name, (gathered, field) in expected.items():
+        assert gathered.dtype == field.dtype and torch.equal(gathered, field.index_select(0, slots)), name
+    assert rows.history.shape == (3, VOCAB) and rows.history[0].nonzero().flatten().tolist() == [VOCAB - 1]
+    assert rows.talker.do_sample.tolist() == [False, True, False]
+    assert rows.subtalker.do_sample.tolist() == [True, False, True]
+    assert rows.seeds.tolist() == [2**62 + 7, 11, 2**62 + 7]
+
+
 def test_batched_group_keys_and_token_hash_table_give_the_same_noise():
     from kernels.hash_noise import group_keys, row_keys, token_hashes, uniform_for_tokens
 

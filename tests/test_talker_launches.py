@@ -49,6 +49,8 @@ def test_frame_step_stays_within_its_launch_budget():
     assert report["by_op"]["qwen3tts.noise_keys"] == 1
     for op in ("aten.bitwise_xor", "aten.__rshift__", "aten.bitwise_and"):
         assert report["by_op"].get(op, 0) <= 1, op   # only penalize_and_mask's EOS mask (&)
+    # the sampling rows: one gather per dtype table of SlotSamplingTable, not one per parameter (were 12)
+    assert report["by_op"]["aten.index_select"] == 3
     # the talker's attention lengths (positions + 1) are one add per step, not one per layer (were 28)
     assert report["by_op"]["aten.add"] <= 4
     assert report["by_op"]["sdpa"] == 15 * 5                         # code predictor: its small frame cache
