@@ -14,7 +14,8 @@ from transformers.generation.logits_process import (
 )
 
 from checkpoint.configs import generation_config
-from talker_service.model.sampling import RowSampling, SamplingParams, choose_tokens, penalize_and_mask, warp_logits
+from talker_service.model.sampling import (RowSampling, SamplingParams, choose_tokens, penalize_and_mask,
+                                           suppressed_with_eos, warp_logits)
 
 VOCAB, EOS = 3072, 2150
 SUPPRESSED = torch.zeros(VOCAB, dtype=torch.bool)
@@ -71,6 +72,28 @@ def ours_processed(logits, history, warp=True, candidate_k=None):
     num_sampled = torch.tensor([r[4] for r in ROWS])
     masked = penalize_and_mask(logits, history, penalty, num_sampled, torch.full((len(ROWS),), 2), EOS, SUPPRESSED)
     return warp_logits(masked, rows_of(ROWS), candidate_k) if warp else masked
+
+
+def test_penalize_and_mask_with_a_prebuilt_eos_mask_equals_the_per_call_formula():
+    """The frame step passes suppressed_with_eos built once; the result is bit for bit the formula that
+    built the EOS mask in every call (arange == eos, & rows before min_new_tokens, | suppressed)."""
+    gen = torch.Generator().manual_seed(3)
+    bs = 12
+    logits = torch.randn(bs, VOCAB, generator=gen) * 3.0
+    history = torch.rand(bs, VOCAB, generator=gen) < 0.05
+    penalty = torch.rand(bs, generator=gen) + 0.6
+    num_sampled = torch.arange(bs) % 4          # rows before, at and after min_new_tokens
+    min_new = torch.full((bs,), 2)
+    penalized = torch.where(logits < 0, logits * penalty[:, None], logits / penalty[:, None])
+    expected = torch.where(history, penalized, logits)
+    eos_blocked = (num_sampled < min_new)[:, None] & (torch.arange(VOCAB) == EOS)[None, :]
+    expected = expected.masked_fill(eos_blocked | SUPPRESSED[None, :], float("-inf"))
+    prebuilt = suppressed_with_eos(SUPPRESSED, EOS)
+    assert prebuilt.sum() == SUPPRESSED.sum() + 1 and bool(prebuilt[EOS]) and not bool(SUPPRESSED[EOS])
+    for suppressed_eos in (None, prebuilt):
+        out = penalize_and_mask(logits, history, penalty, num_sampled, min_new, EOS, SUPPRESSED, suppressed_eos)
+        assert torch.equal(out, expected)
+    assert torch.isinf(expected[num_sampled < 2, EOS]).all() and torch.isfinite(expected[num_sampled >= 2, EOS]).all()
 
 
 def assert_same_logits(ours: torch.Tensor, ref: torch.Tensor):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.noise_keys import noise_keys
-from talker_service.model.sampling import choose_tokens_keyed, penalize_and_mask
+from talker_service.model.sampling import choose_tokens_keyed, penalize_and_mask, suppressed_with_eos
 from talker_service.model.slot_sampling import SlotSamplingTable
 from talker_service.model.talker import TalkerModel
 
@@ -38,12 +38,13 @@ class FrameDecoder:
         suppressed[vocab - 1024:] = True
         suppressed[codec_eos_id] = False
         self.suppressed = suppressed
+        self.suppressed_eos = suppressed_with_eos(suppressed, codec_eos_id)  # rows before min_new_tokens
 
     def finish(self, hidden: torch.Tensor, logits: torch.Tensor, slots: torch.Tensor, steps: torch.Tensor) -> FrameOutput:
         """hidden [bs, H], logits [bs, vocab] of the position that predicts frame `steps` [bs] of each slot."""
         rows = self.table.gather(slots)
         processed = penalize_and_mask(logits.float(), rows.history, rows.repetition_penalty, steps,
-                                      rows.min_new_tokens, self.codec_eos_id, self.suppressed)
+                                      rows.min_new_tokens, self.codec_eos_id, self.suppressed, self.suppressed_eos)
         # [bs, 16]: the noise keys of the frame's 16 samplings, hash_noise.group_keys in one launch
         keys = noise_keys(rows.seeds, steps, 0, 16)
         c0 = choose_tokens_keyed(processed, rows.talker, keys[:, 0], self.candidate_k)
