@@ -51,7 +51,8 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor, group: int) -> torch.Tens
 def group_keys(seeds: torch.Tensor, steps: torch.Tensor, first_group: int, num_groups: int) -> torch.Tensor:
     """int64 [bs, num_groups]: row_keys for groups first_group.. in one pass. The code predictor
     draws 15 groups per frame; keying them together launches one hash chain instead of 15 (the
-    decode step is launch-bound at small batches). Equal to row_keys group by group."""
+    decode step is launch-bound at small batches). Equal to row_keys group by group. The frame step
+    calls kernels/noise_keys.py, which computes this chain (~65 launches) in one."""
     groups = torch.arange(first_group, first_group + num_groups, dtype=torch.int64, device=seeds.device)
     return mix32(_frame_key(seeds, steps)[:, None] ^ _group_salt(groups)[None, :])
 

@@ -1,13 +1,14 @@
 """Eager reference for slot decode attention: one new query per row attends over the first
 lengths[i] positions of slot slots[i] in one layer of the static slot KV cache.
 
-It is exactly what the decode step does today (talker_service.model.kv_cache.SlotDecodeView.update
-gathers each row's slot, `decode_mask` hides keys past the row's position, and
-talker_service.model.layers.grouped_attention runs SDPA): the gather is an index_select of a
-position prefix, the mask is `key < length`, and GQA is folded the same way as grouped_attention
-does it -- the H/KV query heads of one kv head become the query-length axis of one SDPA call, so
-K/V are never repeated. (The folding is repeated here rather than imported: the model layers
-import the kernels package.)
+It is what the talker's decode step did before this kernel existed (the decode view gathered
+each row's slot, a mask hid keys past the row's position, and
+talker_service.model.layers.grouped_attention ran SDPA), and what
+talker_service.model.kv_cache.SlotDecodeView.attend computes now through the dispatcher: the
+gather is an index_select of a position prefix, the mask is `key < length`, and GQA is folded the
+same way as grouped_attention does it -- the H/KV query heads of one kv head become the
+query-length axis of one SDPA call, so K/V are never repeated. (The folding is repeated here rather
+than imported: the model layers import the kernels package.)
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from transformers.generation.logits_process import (
 )
 
 from checkpoint.configs import generation_config
-from talker_service.model.sampling import RowSampling, SamplingParams, choose_tokens, penalize_and_mask, warp_logits
+from talker_service.model.sampling import (RowSampling, SamplingParams, choose_tokens, penalize_and_mask,
+                                           suppressed_with_eos, warp_logits)
 
 VOCAB, EOS = 3072, 2150
 SUPPRESSED = torch.zeros(VOCAB, dtype=torch.bool)
@@ -71,6 +72,28 @@ def ours_processed(logits, history, warp=True, candidate_k=None):
     num_sampled = torch.tensor([r[4] for r in ROWS])
     masked = penalize_and_mask(logits, history, penalty, num_sampled, torch.full((len(ROWS),), 2), EOS, SUPPRESSED)
     return warp_logits(masked, rows_of(ROWS), candidate_k) if warp else masked
+
+
+def test_penalize_and_mask_with_a_prebuilt_eos_mask_equals_the_per_call_formula():
+    """The frame step passes suppressed_with_eos built once; the result is bit for bit the formula that
+    built the EOS mask in every call (arange == eos, & rows before min_new_tokens, | suppressed)."""
+    gen = torch.Generator().manual_seed(3)
+    bs = 12
+    logits = torch.randn(bs, VOCAB, generator=gen) * 3.0
+    history = torch.rand(bs, VOCAB, generator=gen) < 0.05
+    penalty = torch.rand(bs, generator=gen) + 0.6
+    num_sampled = torch.arange(bs) % 4          # rows before, at and after min_new_tokens
+    min_new = torch.full((bs,), 2)
+    penalized = torch.where(logits < 0, logits * penalty[:, None], logits / penalty[:, None])
+    expected = torch.where(history, penalized, logits)
+    eos_blocked = (num_sampled < min_new)[:, None] & (torch.arange(VOCAB) == EOS)[None, :]
+    expected = expected.masked_fill(eos_blocked | SUPPRESSED[None, :], float("-inf"))
+    prebuilt = suppressed_with_eos(SUPPRESSED, EOS)
+    assert prebuilt.sum() == SUPPRESSED.sum() + 1 and bool(prebuilt[EOS]) and not bool(SUPPRESSED[EOS])
+    for suppressed_eos in (None, prebuilt):
+        out = penalize_and_mask(logits, history, penalty, num_sampled, min_new, EOS, SUPPRESSED, suppressed_eos)
+        assert torch.equal(out, expected)
+    assert torch.isinf(expected[num_sampled < 2, EOS]).all() and torch.isfinite(expected[num_sampled >= 2, EOS]).all()
 
 
 def assert_same_logits(ours: torch.Tensor, ref: torch.Tensor):
@@ -248,6 +271,52 @@ def test_slot_table_gathers_rows_and_records_history():
     assert not table.history[2].any()  # a new request starts without history
     with pytest.raises(ValueError, match="slot 4 out of range"):
         table.assign(4, SamplingParams())
+
+
+def test_slot_table_gathers_every_field_in_three_launches():
+    """One index_select per dtype table (float32, int64, bool) instead of one per field, and every
+    gathered field equals the per-field gather it replaced; the history's extra flag columns never
+    show in the history."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from talker_service.model import SlotSamplingTable
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    table = SlotSamplingTable(6, VOCAB, "cpu")
+    table.assign(4, SamplingParams(temperature=0.7, top_k=3, top_p=0.8, repetition_penalty=1.3, do_sample=False,
+                                   subtalker_temperature=1.1, subtalker_top_k=9, subtalker_top_p=0.6,
+                                   subtalker_dosample=True, min_new_tokens=5, seed=2**62 + 7))
+    table.assign(1, SamplingParams(seed=11, subtalker_dosample=False))
+    table.record(torch.tensor([4, 1]), torch.tensor([VOCAB - 1, 0]))
+    slots = torch.tensor([4, 1, 4])
+    with Ops() as ops:
+        rows = table.gather(slots)
+    launching = [name for name in ops.names if name not in ("aten.unbind", "aten.slice", "aten.select")]
+    assert launching == ["aten.index_select"] * 3, ops.names
+    expected = {
+        "temperature": (rows.talker.temperature, table.temperature), "top_k": (rows.talker.top_k, table.top_k),
+        "top_p": (rows.talker.top_p, table.top_p), "do_sample": (rows.talker.do_sample, table.do_sample),
+        "sub_temperature": (rows.subtalker.temperature, table.sub_temperature),
+        "sub_top_k": (rows.subtalker.top_k, table.sub_top_k), "sub_top_p": (rows.subtalker.top_p, table.sub_top_p),
+        "sub_do_sample": (rows.subtalker.do_sample, table.sub_do_sample),
+        "repetition_penalty": (rows.repetition_penalty, table.repetition_penalty),
+        "min_new_tokens": (rows.min_new_tokens, table.min_new_tokens), "seeds": (rows.seeds, table.seeds),
+        "history": (rows.history, table.history),
+    }
+    for name, (gathered, field) in expected.items():
+        assert gathered.dtype == field.dtype and torch.equal(gathered, field.index_select(0, slots)), name
+    assert rows.history.shape == (3, VOCAB) and rows.history[0].nonzero().flatten().tolist() == [VOCAB - 1]
+    assert rows.talker.do_sample.tolist() == [False, True, False]
+    assert rows.subtalker.do_sample.tolist() == [True, False, True]
+    assert rows.seeds.tolist() == [2**62 + 7, 11, 2**62 + 7]
 
 
 def test_batched_group_keys_and_token_hash_table_give_the_same_noise():

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from talker_service.model.config import DecoderStackConfig
-from talker_service.model.layers import DecoderLayer, DecoderStack
+from talker_service.model.kv_cache import causal_mask
+from talker_service.model.layers import DecoderLayer, DecoderStack, fold_gqa_mask, grouped_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import count_talker_launches  # noqa: E402
@@ -18,8 +19,13 @@ import count_talker_launches  # noqa: E402
 # benchmarks/results/2026-11-22-talker-launches.md), 1199 on 2026-11-25: the q/k-norm + RoPE launch
 # writes K/V into the caches (-150 copy_, -56 index_put_, +2 arange: the predictor's per-frame write
 # indices) and the temperature and the greedy select moved into warp_pick (3 launches per sampling,
-# -64). The bound leaves a little room, no more.
-MAX_LAUNCHES_PER_FRAME = 1240
+# -64). 1083 after the cuts of issue #11 item 3 (the same at batch 64): the attention lengths once
+# per step (-27 add), the frame's noise keys in one qwen3tts.noise_keys launch (-66 net: 67
+# bitwise/shift/mul/add/arange ops), the sampling table in three dtype tables (-9 index_select), and
+# per-frame constants built once at init (-14: the predictor's first-step mask, folded for GQA, and
+# position table, embed_frame's residual offsets, the EOS-blocked suppression mask).
+# The bound leaves a little room, no more.
+MAX_LAUNCHES_PER_FRAME = 1090
 NUM_SAMPLINGS = 16               # codebook 0 (talker) + codebooks 1..15 (code predictor)
 NUM_LAYER_PASSES = 28 + 15 * 5   # talker layers + 15 code-predictor passes of 5 layers
 
@@ -37,7 +43,8 @@ def test_frame_step_stays_within_its_launch_budget():
     assert report["by_op"]["aten.topk"] == NUM_SAMPLINGS
     assert report["by_op"]["aten.argmax"] == NUM_SAMPLINGS
     assert "aten.ones_like" not in report["by_op"]
-    assert report["by_op"]["aten.where"] == 2   # only penalize_and_mask's (codebook 0's repetition penalty)
+    # only penalize_and_mask's: the repetition penalty (2) and the choice of the EOS-blocked mask (1)
+    assert report["by_op"]["aten.where"] == 3
     assert report["by_op"]["aten.div"] == 1     # only penalize_and_mask's logits / penalty
     # q/k norm + RoPE and the K/V cache writes: one launch per layer pass, no copy of its own
     assert report["by_op"]["qwen3tts.qk_norm_rope_write_kv"] == NUM_LAYER_PASSES
@@ -45,6 +52,20 @@ def test_frame_step_stays_within_its_launch_budget():
     assert "aten.copy_" not in report["by_op"]                 # were 2 x 75: the predictor's frame cache
     assert report["by_op"]["aten.index_put_"] == 1   # the sampling history's; 2 x 28 more were the slot cache's
     assert report["by_op"]["qwen3tts.slot_decode_attention"] == 28   # talker: in place over the slot cache
+    # the frame's 16 noise keys: one qwen3tts.noise_keys launch instead of ~65 integer ops of hash_noise
+    assert report["by_op"]["qwen3tts.noise_keys"] == 1
+    for op in ("aten.bitwise_xor", "aten.__rshift__", "aten.bitwise_and", "aten.bitwise_or"):
+        assert op not in report["by_op"], op
+    # the sampling rows: one gather per dtype table of SlotSamplingTable, not one per parameter (were 12)
+    assert report["by_op"]["aten.index_select"] == 3
+    # the talker's attention lengths (positions + 1) are one add per step, not one per layer (were 28);
+    # the other two are embed_frame's (offset codes, c0 embedding + residual sum)
+    assert report["by_op"]["aten.add"] == 3
+    # constants are built at init, not per frame: only FrameKVCache's batch rows remain (arange(bs));
+    # the predictor's first-step mask comes folded (were 5 clones of it, one per layer, and arange/le)
+    assert report["by_op"]["aten.arange"] == 1
+    assert "aten.le" not in report["by_op"] and "aten.eq" not in report["by_op"]
+    assert report["by_op"]["aten.clone"] == 5   # the first predictor step's [B, L=2, H*D] attention outputs
     assert report["by_op"]["sdpa"] == 15 * 5                         # code predictor: its small frame cache
     assert report["by_op"]["aten.mm"] == 4 * NUM_LAYER_PASSES + 16   # qkv, o, gate_up, down + 16 heads
 
@@ -95,3 +116,42 @@ def test_stack_with_residual_adds_fused_into_norms_equals_layer_by_layer():
         assert torch.equal(stack.run(x, cos, sin, _KV(), None), expected)
         stack.fuse_projections()
         torch.testing.assert_close(stack.run(x, cos, sin, _KV(), None), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_attention_takes_a_mask_folded_once():
+    """The code predictor folds its first step's causal mask once (init_runtime) instead of in each of
+    its 5 layers every frame: a pre-folded mask gives the same attention bit for bit, and a broadcast
+    [.., 1, S] mask is still folded."""
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(3, 8, 2, 16, generator=gen), torch.randn(3, 2, 2, 16, generator=gen), torch.randn(3, 2, 2, 16, generator=gen)
+    mask = causal_mask(0, 2, "cpu")
+    folded = fold_gqa_mask(mask, 4, 2)
+    assert folded.shape == (1, 1, 8, 2) and torch.equal(folded[0, 0], mask[0, 0].repeat(4, 1))
+    assert torch.equal(grouped_attention(q, k, v, folded), grouped_attention(q, k, v, mask))
+    one_row = torch.tensor([[[[True, False]]]])
+    assert torch.equal(grouped_attention(q, k, v, one_row), grouped_attention(q, k, v, one_row.expand(1, 1, 2, 2)))
+
+
+def test_frame_constants_are_built_once_and_equal_the_per_frame_ones():
+    """The predictor's first-step mask and position table and embed_frame's residual offsets are built
+    at init_runtime; each equals what the frame step used to build every frame."""
+    from checkpoint.configs import model_config
+    from talker_service.model import TalkerConfig
+    from talker_service.model.talker import build_empty
+
+    config = TalkerConfig.from_dict(model_config("custom_voice", "1b7")["talker_config"])
+    model = build_empty(config, torch.device("meta"), torch.bfloat16)
+    model.init_runtime(max_slots=2, max_seq_len=8)
+    predictor, cp = model.code_predictor, config.code_predictor
+    for name, built, expected in (
+        ("positions", predictor._positions, torch.arange(cp.num_code_groups)),
+        ("first mask", predictor._first_mask,
+         fold_gqa_mask(causal_mask(0, 2, "cpu"), cp.num_attention_heads // cp.num_key_value_heads, 2)),
+        ("residual offsets", model._residual_offsets, torch.arange(cp.num_code_groups - 1) * cp.vocab_size),
+    ):
+        assert built.device.type == "meta" and built.shape == expected.shape and built.dtype == expected.dtype, name
+    cpu = build_empty(config, torch.device("cpu"), torch.bfloat16)
+    cpu.code_predictor.init_runtime()
+    assert torch.equal(cpu.code_predictor._first_mask,
+                       fold_gqa_mask(causal_mask(0, 2, "cpu"), cp.num_attention_heads // cp.num_key_value_heads, 2))
+    assert torch.equal(cpu.code_predictor._positions, torch.arange(cp.num_code_groups))

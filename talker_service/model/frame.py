@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.hash_noise import group_keys
-from talker_service.model.sampling import choose_tokens_keyed, penalize_and_mask
+from kernels.noise_keys import noise_keys
+from talker_service.model.sampling import choose_tokens_keyed, penalize_and_mask, suppressed_with_eos
 from talker_service.model.slot_sampling import SlotSamplingTable
 from talker_service.model.talker import TalkerModel
 
@@ -38,13 +38,15 @@ class FrameDecoder:
         suppressed[vocab - 1024:] = True
         suppressed[codec_eos_id] = False
         self.suppressed = suppressed
+        self.suppressed_eos = suppressed_with_eos(suppressed, codec_eos_id)  # rows before min_new_tokens
 
     def finish(self, hidden: torch.Tensor, logits: torch.Tensor, slots: torch.Tensor, steps: torch.Tensor) -> FrameOutput:
         """hidden [bs, H], logits [bs, vocab] of the position that predicts frame `steps` [bs] of each slot."""
         rows = self.table.gather(slots)
         processed = penalize_and_mask(logits.float(), rows.history, rows.repetition_penalty, steps,
-                                      rows.min_new_tokens, self.codec_eos_id, self.suppressed)
-        keys = group_keys(rows.seeds, steps, 0, 16)  # [bs, 16]: the frame's noise keys, one hash chain
+                                      rows.min_new_tokens, self.codec_eos_id, self.suppressed, self.suppressed_eos)
+        # [bs, 16]: the noise keys of the frame's 16 samplings, hash_noise.group_keys in one launch
+        keys = noise_keys(rows.seeds, steps, 0, 16)
         c0 = choose_tokens_keyed(processed, rows.talker, keys[:, 0], self.candidate_k)
         self.table.record(slots, c0)
         residual = self.model.predict_residuals(hidden, c0, rows.subtalker, keys[:, 1:], self.candidate_k)

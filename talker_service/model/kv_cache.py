@@ -99,6 +99,9 @@ class SlotDecodeView:
 
     def __init__(self, cache: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor):
         self.cache, self.slots, self.positions = cache, slots, positions
+        # keys each row attends over (0..position, this step's included): one add per step, not one
+        # per layer (the decode step is launch-bound at small batches)
+        self.lengths = positions + 1
 
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
@@ -108,7 +111,7 @@ class SlotDecodeView:
         read in place (kernels/slot_attention.py): no gather of the context bucket, nothing read past
         a row's own length; mask is unused (it is None: the lengths are the mask). -> [bs, heads, 1, D]."""
         out = slot_decode_attention(q[:, :, 0], self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots,
-                                    self.positions + 1, q.shape[-1] ** -0.5)
+                                    self.lengths, q.shape[-1] ** -0.5)
         return out[:, :, None]
 
 
@@ -123,17 +126,21 @@ class FrameKVCache:
     """The code predictor's cache: it restarts every frame, so it is per batch row, not per slot,
     and its length is the fixed 16 positions of one frame. A `CacheKVStore`: the layer's fused
     launch writes K/V at positions offset.. of every row. `offset` is a Python int, the same at
-    every replay (the 15 predictor steps are unrolled); the index tensors the write reads are made
-    once per frame (two small launches), and each step picks its offset's position by a view."""
+    every replay (the 15 predictor steps are unrolled); the batch rows' index tensor is made once
+    per frame (one small launch), and each step picks its offset's position by a view of
+    `position_table` (arange(num_positions); pass one built once, outside the frame step, to save
+    its launch too)."""
 
     def __init__(self, num_layers: int, batch_size: int, num_kv_heads: int, num_positions: int, head_dim: int,
-                 dtype: torch.dtype, device):
+                 dtype: torch.dtype, device, position_table: torch.Tensor | None = None):
         shape = (num_layers, batch_size, num_kv_heads, num_positions, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.offset = 0
-        self.rows = torch.arange(batch_size, device=device)                # [bs]: batch row b is cache row b
-        self.position_table = torch.arange(num_positions, device=device)   # [16]: entry p is position p
+        self.rows = torch.arange(batch_size, device=device)  # [bs]: batch row b is cache row b
+        if position_table is None:
+            position_table = torch.arange(num_positions, device=device)
+        self.position_table = position_table  # [16]: entry p is position p
 
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         start = self.position_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch

@@ -74,21 +74,30 @@ def rope_tables(head_dim: int, theta: float, num_positions: int, dtype: torch.dt
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def fold_gqa_mask(mask: torch.Tensor, groups: int, q_len: int) -> torch.Tensor:
+    """bool [B|1, 1, L|1, S] -> [B|1, 1, groups * q_len, S]: the mask of grouped_attention's folded
+    queries (row g * q_len + l is query l's row). A copy: a mask that stays the same across calls
+    (the code predictor's first step, in all of its layers) is folded once by its owner and passed
+    folded, which grouped_attention takes as it is."""
+    mask = mask.unsqueeze(2).expand(mask.shape[0], 1, groups, q_len, mask.shape[-1])
+    return mask.reshape(mask.shape[0], 1, groups * q_len, mask.shape[-1])
+
+
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """GQA without materialising repeated K/V.
 
-    q [B, H, L, D], k/v [B, KV, S, D], mask bool [B|1, 1, L, S] (True = attend) or None (all keys
-    visible). Query head h uses KV head h // (H/KV), so the H/KV query heads of one KV head are
-    folded into the query-length axis of a plain SDPA call.
+    q [B, H, L, D], k/v [B, KV, S, D], mask bool [B|1, 1, L, S] (True = attend), or already folded
+    [B|1, 1, (H/KV) * L, S] (fold_gqa_mask), or None (all keys visible). Query head h uses KV head
+    h // (H/KV), so the H/KV query heads of one KV head are folded into the query-length axis of a
+    plain SDPA call.
     """
     batch, num_heads, q_len, head_dim = q.shape
     num_kv = k.shape[1]
     groups = num_heads // num_kv
     if groups > 1:
         q = q.reshape(batch, num_kv, groups * q_len, head_dim)
-        if mask is not None:
-            mask = mask.unsqueeze(2).expand(mask.shape[0], 1, groups, q_len, mask.shape[-1])
-            mask = mask.reshape(mask.shape[0], 1, groups * q_len, mask.shape[-1])
+        if mask is not None and mask.shape[-2] != groups * q_len:  # not folded yet (an unfolded one has L or 1 rows)
+            mask = fold_gqa_mask(mask, groups, q_len)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.reshape(batch, num_heads, q_len, head_dim)
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from talker_service.model.config import CodePredictorConfig
 from talker_service.model.kv_cache import FrameKVCache, causal_mask
-from talker_service.model.layers import DecoderStack, rope_tables
+from talker_service.model.layers import DecoderStack, fold_gqa_mask, rope_tables
 from kernels.hash_noise import token_hashes
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
@@ -42,6 +42,8 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Identity()
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._token_hashes: torch.Tensor | None = None
+        self._positions: torch.Tensor | None = None   # arange(16): the frame cache's position table
+        self._first_mask: torch.Tensor | None = None  # the first step's causal mask, GQA-folded
 
     def init_runtime(self) -> None:
         """Build derived tables on the module's device/dtype (call after loading weights)."""
@@ -49,6 +51,13 @@ class CodePredictor(nn.Module):
         self._rope = rope_tables(self.config.head_dim, self.config.rope_theta, self.config.num_code_groups,
                                  weight.dtype, weight.device)
         self._token_hashes = token_hashes(self.lm_head[0].weight.shape[0], weight.device)
+        # every frame's constants, built here once instead of inside the (launch-bound) frame step:
+        # the cache's position table and the first step's mask (2 queries at positions 0, 1) as
+        # every layer's attention would fold it
+        cfg = self.config
+        self._positions = torch.arange(cfg.num_code_groups, device=weight.device)
+        groups = cfg.num_attention_heads // cfg.num_key_value_heads
+        self._first_mask = fold_gqa_mask(causal_mask(0, 2, weight.device), groups, 2)
         self.model.fuse_projections()
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
@@ -65,9 +74,9 @@ class CodePredictor(nn.Module):
         bs = past_hidden.shape[0]
         dtype = self.lm_head[0].weight.dtype
         cache = FrameKVCache(cfg.num_hidden_layers, bs, cfg.num_key_value_heads, cfg.num_code_groups, cfg.head_dim,
-                             dtype, past_hidden.device)
+                             dtype, past_hidden.device, self._positions)
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
-        mask = causal_mask(0, 2, x.device)
+        mask = self._first_mask
         codes, all_logits = [], []
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group

@@ -95,20 +95,29 @@ class RowSampling:
         )
 
 
+def suppressed_with_eos(suppressed: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """bool [V]: `suppressed` with EOS masked too -- what a row that may not end yet must not sample."""
+    return suppressed | (torch.arange(suppressed.shape[-1], device=suppressed.device) == eos_id)
+
+
 def penalize_and_mask(logits: torch.Tensor, history: torch.Tensor, penalty: torch.Tensor, num_sampled: torch.Tensor,
-                      min_new_tokens: torch.Tensor, eos_id: int, suppressed: torch.Tensor) -> torch.Tensor:
+                      min_new_tokens: torch.Tensor, eos_id: int, suppressed: torch.Tensor,
+                      suppressed_eos: torch.Tensor | None = None) -> torch.Tensor:
     """Codebook-0 processors before the warpers.
 
     logits [bs, V] float32; history bool [bs, V] (c0 tokens this request already generated);
     penalty [bs]; num_sampled [bs] c0 samplings done before this one; min_new_tokens [bs];
-    suppressed bool [V] (EOS must be False in it).
+    suppressed bool [V] (EOS must be False in it); suppressed_eos: suppressed_with_eos(suppressed,
+    eos_id) if the caller keeps it (a constant: the frame step builds it once, not every frame).
     """
     penalty = penalty[:, None]
     penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
     logits = torch.where(history, penalized, logits)
-    vocab = torch.arange(logits.shape[-1], device=logits.device)
-    eos_blocked = (num_sampled < min_new_tokens)[:, None] & (vocab == eos_id)[None, :]
-    return logits.masked_fill(eos_blocked | suppressed[None, :], float("-inf"))
+    if suppressed_eos is None:
+        suppressed_eos = suppressed_with_eos(suppressed, eos_id)
+    # rows before min_new_tokens mask EOS as well: a row-wise choice between two constant masks
+    eos_blocked = (num_sampled < min_new_tokens)[:, None]
+    return logits.masked_fill(torch.where(eos_blocked, suppressed_eos[None, :], suppressed[None, :]), float("-inf"))
 
 
 def _sorted_candidates(logits: torch.Tensor, candidate_k: int | None) -> tuple[torch.Tensor, torch.Tensor]:

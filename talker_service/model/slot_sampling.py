@@ -27,27 +27,32 @@ class SlotRows:
 
 
 class SlotSamplingTable:
+    """Per-slot sampling state, grouped by dtype into three tables so that gathering a batch's rows
+    is three launches (one index_select per table) instead of one per parameter (12): the captured
+    frame step is launch-bound at small batches. The named fields (`temperature`, `seeds`,
+    `history`, ...) are column views of the tables; assign() writes through them."""
+
+    FLOAT_FIELDS = ("temperature", "top_p", "sub_temperature", "sub_top_p", "repetition_penalty")  # float32
+    INT_FIELDS = ("top_k", "sub_top_k", "min_new_tokens", "seeds")  # int64
+    FLAG_FIELDS = ("do_sample", "sub_do_sample")  # bool: the history table's last two columns
+
     def __init__(self, max_slots: int, vocab_size: int, device):
         self.max_slots = max_slots
+        self.vocab_size = vocab_size
         self.device = torch.device(device)
-        f32 = dict(dtype=torch.float32, device=device)
-        i64 = dict(dtype=torch.int64, device=device)
-        b = dict(dtype=torch.bool, device=device)
-        self.temperature = torch.ones(max_slots, **f32)
-        self.top_k = torch.zeros(max_slots, **i64)
-        self.top_p = torch.ones(max_slots, **f32)
-        self.do_sample = torch.zeros(max_slots, **b)
-        self.sub_temperature = torch.ones(max_slots, **f32)
-        self.sub_top_k = torch.zeros(max_slots, **i64)
-        self.sub_top_p = torch.ones(max_slots, **f32)
-        self.sub_do_sample = torch.zeros(max_slots, **b)
-        self.repetition_penalty = torch.ones(max_slots, **f32)
-        self.min_new_tokens = torch.zeros(max_slots, **i64)
-        self.seeds = torch.zeros(max_slots, **i64)
-        self.history = torch.zeros(max_slots, vocab_size, **b)
+        self._floats = torch.ones(max_slots, len(self.FLOAT_FIELDS), dtype=torch.float32, device=device)
+        self._ints = torch.zeros(max_slots, len(self.INT_FIELDS), dtype=torch.int64, device=device)
+        # the history mask [max_slots, vocab] and the do_sample flags share one bool table: the
+        # history is gathered every frame anyway, two more columns ride along for free
+        self._bools = torch.zeros(max_slots, vocab_size + len(self.FLAG_FIELDS), dtype=torch.bool, device=device)
+        for table, names, first_column in ((self._floats, self.FLOAT_FIELDS, 0), (self._ints, self.INT_FIELDS, 0),
+                                           (self._bools, self.FLAG_FIELDS, vocab_size)):
+            for column, name in enumerate(names, start=first_column):
+                setattr(self, name, table[:, column])  # [max_slots] view
+        self.history = self._bools[:, :vocab_size]
         # a device-resident True: index_put_ with a Python scalar may stage it through host memory,
         # which a CUDA graph capture would reject
-        self._true = torch.ones((), **b)
+        self._true = torch.ones((), dtype=torch.bool, device=device)
 
     def assign(self, slot: int, params: SamplingParams) -> None:
         """Write a request's parameters into `slot` and clear its history (not graph-safe: admission time)."""
@@ -67,16 +72,19 @@ class SlotSamplingTable:
         self.history[slot] = False
 
     def gather(self, slots: torch.Tensor) -> SlotRows:
-        """Rows for `slots` [bs] (device tensor): index_select only, graph-safe."""
-        pick = lambda t: t.index_select(0, slots)  # noqa: E731
+        """Rows for `slots` [bs] (device tensor): three index_selects, graph-safe. The fields are
+        column views [bs] of the gathered rows (strided; every consumer takes strides)."""
+        floats, ints, bools = (table.index_select(0, slots) for table in (self._floats, self._ints, self._bools))
+        f = dict(zip(self.FLOAT_FIELDS, floats.unbind(1)))
+        i = dict(zip(self.INT_FIELDS, ints.unbind(1)))
+        flags = dict(zip(self.FLAG_FIELDS, bools[:, self.vocab_size:].unbind(1)))
         return SlotRows(
-            talker=RowSampling(pick(self.temperature), pick(self.top_k), pick(self.top_p), pick(self.do_sample)),
-            subtalker=RowSampling(pick(self.sub_temperature), pick(self.sub_top_k), pick(self.sub_top_p),
-                                  pick(self.sub_do_sample)),
-            repetition_penalty=pick(self.repetition_penalty),
-            min_new_tokens=pick(self.min_new_tokens),
-            seeds=pick(self.seeds),
-            history=pick(self.history),
+            talker=RowSampling(f["temperature"], i["top_k"], f["top_p"], flags["do_sample"]),
+            subtalker=RowSampling(f["sub_temperature"], i["sub_top_k"], f["sub_top_p"], flags["sub_do_sample"]),
+            repetition_penalty=f["repetition_penalty"],
+            min_new_tokens=i["min_new_tokens"],
+            seeds=i["seeds"],
+            history=bools[:, :self.vocab_size],
         )
 
     def record(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:

@@ -57,6 +57,7 @@ class TalkerModel(nn.Module):
         self.cache: SlotKVCache | None = None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._residual_tables: torch.Tensor | None = None
+        self._residual_offsets: torch.Tensor | None = None
 
     @classmethod
     def from_checkpoint(cls, path_or_dir: str | Path, device: str | torch.device = "cpu",
@@ -100,6 +101,8 @@ class TalkerModel(nn.Module):
         for i, table in enumerate(tables):
             table.weight = nn.Parameter(fused[i], requires_grad=False)
         self._residual_tables = fused.view(-1, fused.shape[-1])
+        # row offset of table i in the fused tensor, built once here rather than in every frame step
+        self._residual_offsets = torch.arange(len(tables), device=fused.device) * fused.shape[1]
 
     def _require_runtime(self) -> None:
         if self.cache is None:
@@ -126,9 +129,7 @@ class TalkerModel(nn.Module):
         if self._residual_tables is None:
             rest = sum(t(codes[..., i + 1]) for i, t in enumerate(self.code_predictor.model.codec_embedding))
             return first + rest
-        vocab = self.config.code_predictor.vocab_size
-        offsets = torch.arange(codes.shape[-1] - 1, device=codes.device) * vocab
-        rest = F.embedding(codes[..., 1:] + offsets, self._residual_tables)  # [..., 15, H]
+        rest = F.embedding(codes[..., 1:] + self._residual_offsets, self._residual_tables)  # [..., 15, H]
         return first + rest.sum(-2)
 
     # ---- talker forward ------------------------------------------------------------------
