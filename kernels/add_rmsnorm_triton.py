@@ -25,21 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
+
 from kernels.rmsnorm_triton import MAX_COLS, _as_rows, _round_to, choose_block
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # No FMA contraction: eager rounds s * s before summing and s * rstd before the cast.
 LAUNCH_OPTIONS = {"enable_fp_fusion": False}
-
-
-@triton.jit
-def _widen(v):
-    """A loaded bf16/fp16/fp32 tensor as exact fp32 (bf16 by bits: the interpreter's cast mangles
-    subnormals)."""
-    if v.dtype == tl.bfloat16:
-        return (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
-    else:
-        return v.to(tl.float32)
 
 
 @triton.jit
