@@ -1,0 +1,50 @@
+"""Inputs shared by the fused QK-norm + RoPE tests (tests/test_qk_norm_rope.py, the plain op, and
+tests/test_qk_norm_rope_write_kv.py, the cache-writing op): q/k/v as the model's fused projection
+makes them."""
+from __future__ import annotations
+
+import torch
+
+from talker_service.model.layers import rope_tables  # (tests/triton_support.py, imported first, puts the repo root on sys.path)
+
+EPS = 1e-6
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _make_case(shape, dtype, seed, *, exact_var=False, decode_positions=True, batch_step=1, d_contiguous=True,
+               with_v=False):
+    """q/k as the model makes them: views into one fused projection [B, L, (H + 2 KV) D]; cos/sin as
+    the talker gathers them (per-row positions) or as a prefill expands them (batch stride 0).
+    with_v: (q, k, v, ...) with v [B, L, KV, D] the projection's third view.
+
+    exact_var: q/k are multiples of 1/16 in [-4, 4], so every partial sum of squares is exact in fp32
+    and the variance does not depend on the summation order; the kernel must then match bit for bit
+    in every dtype. Otherwise q/k are Gaussian and the order may move the variance by an fp32 ulp."""
+    batch, seq_len, num_heads, num_kv, head_dim = shape
+    gen = torch.Generator().manual_seed(seed)
+    width = (num_heads + 2 * num_kv) * head_dim
+    size = (batch * batch_step, seq_len, width)
+    if exact_var:
+        fused = torch.randint(-64, 65, size, generator=gen) / 16.0
+    else:
+        fused = torch.randn(size, generator=gen) * 2.0
+    fused = fused.to(dtype)[::batch_step]
+    if not d_contiguous:  # head_dim stride 2: the launcher must copy, not misread
+        fused = torch.stack((fused, torch.zeros_like(fused)), dim=-1)[..., 0]
+    q, k, v = fused.split((num_heads * head_dim, num_kv * head_dim, num_kv * head_dim), dim=-1)
+    q = q.view(batch, seq_len, num_heads, head_dim) if d_contiguous else q.unflatten(-1, (num_heads, head_dim))
+    k = k.view(batch, seq_len, num_kv, head_dim) if d_contiguous else k.unflatten(-1, (num_kv, head_dim))
+    v = v.view(batch, seq_len, num_kv, head_dim) if d_contiguous else v.unflatten(-1, (num_kv, head_dim))
+    q_weight = (torch.rand(head_dim, generator=gen) + 0.5).to(dtype)
+    k_weight = (torch.rand(head_dim, generator=gen) * 2 + 0.25).to(dtype)
+    cos_table, sin_table = rope_tables(head_dim, 1_000_000.0, 4096, dtype, "cpu")
+    if decode_positions:
+        positions = torch.randint(0, 4096, (batch, seq_len), generator=gen)
+        cos, sin = cos_table[positions], sin_table[positions]
+    else:
+        start = int(torch.randint(0, 4096 - seq_len, (1,), generator=gen))
+        cos = cos_table[start:start + seq_len].expand(batch, seq_len, -1)
+        sin = sin_table[start:start + seq_len].expand(batch, seq_len, -1)
+    if with_v:
+        return q, k, v, q_weight, k_weight, cos, sin
+    return q, k, q_weight, k_weight, cos, sin
