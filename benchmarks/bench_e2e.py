@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
-from benchmarks.stack_stats import collect, one_line  # noqa: E402
+from benchmarks.stack_stats import collect, collect_replicas, load_split, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
 from protos.tts.v1 import tts_pb2  # noqa: E402
 
@@ -149,6 +149,9 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", help="a running gateway host:port (default: start the stack)")
+    p.add_argument("--compose-ready", type=Path,
+                   help="the ready file of a launcher.compose_run stack: its gateway is the target, and every "
+                        "replica's stats (the vocoders' load split) are collected per level")
     p.add_argument("--model", default="tiny")
     p.add_argument("--device", default="cuda")
     p.add_argument("--voice", default="vivian", help="speaker of the custom-voice workload")
@@ -181,6 +184,10 @@ def main() -> int:
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
+    if args.compose_ready:
+        if args.target:
+            p.error("--compose-ready names the target already; give one of --target and --compose-ready")
+        args.target = json.loads(args.compose_ready.read_text())["grpc_target"]
     if not args.streams_per_level and args.streams_factor < 1:
         p.error(f"--streams-factor must be at least 1, got {args.streams_factor}")
     proc = None
@@ -200,8 +207,11 @@ def main() -> int:
                   f"{single['steady_whole_text']['ttfa_ms_p50']:.1f} ms", flush=True)
         for c in args.concurrency:
             collect(stats_dir)   # reset the services' windows: the level's stats are its own
+            before = collect_replicas(args.compose_ready)
             row = asyncio.run(level(target, c, args))
-            row["server_stats"] = collect(stats_dir)
+            row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
+            if args.compose_ready:
+                row["vocoder_load_split"] = load_split(before, row["server_stats"])
             rows.append(row)
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms (client p95 "
                   f"{row['client_ttfa_ms_p95']:.1f}) | RTF p50 "
@@ -212,12 +222,17 @@ def main() -> int:
                 flush=True)
             if row["server_stats"]:
                 print(f"       {one_line(row['server_stats'])}", flush=True)
+            if row.get("vocoder_load_split"):
+                print("        vocoder load split: " + ", ".join(
+                    f"{name} {s['streams']} streams / {s['audio_s']:.0f} audio-s ({s['audio_share']:.0%})"
+                    for name, s in row["vocoder_load_split"].items()), flush=True)
         commit = read_commit(ROOT)
         gpu = ""
         if args.device.startswith("cuda"):
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                  text=True).stdout.strip().splitlines()[0:1]
         result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
+                  "compose_ready": json.loads(args.compose_ready.read_text()) if args.compose_ready else None,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,
                   "streams_factor": args.streams_factor, "min_streams": args.min_streams,

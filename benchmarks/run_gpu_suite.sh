@@ -25,7 +25,8 @@
 #                            spreads each level's first streams over a lone stream's wall time
 #                            (bench_e2e --stagger-starts) instead of starting them in one burst
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
-#                            vocoders GPU 1), e2e at concurrency 64 and 256
+#                            vocoders GPU 1), e2e at concurrency 64 and 256 with each vocoder's
+#                            share, then vocoder-1 killed under load (benchmarks/replica_kill.py)
 # Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
 # put them in .whl/ and carry it; they are installed from there without reaching any index.
 # The e2e pieces write a full-size random checkpoint (1.7B CustomVoice, about 4 GB) once.
@@ -135,21 +136,26 @@ e2e_mps() {
 }
 
 e2e_two_gpus() {
+  # issue #13: the sweep through the compose stack (per-replica load split per level), then one
+  # vocoder replica SIGKILLed under KILL_STREAMS streams (benchmarks/replica_kill.py: how its streams
+  # end, where new ones go, its restart by compose_run and its return to service)
   local ready=/tmp/compose-ready.json work=/tmp/compose-work
-  rm -f "$ready"
+  rm -rf "$ready" "$work"
   QWEN3_TTS_MODEL=$CKPT python3 -m launcher.compose_run deploy/compose/multi-gpu.yml --work-dir "$work" \
-    --ready-file "$ready" --health-timeout-s 900 > "$OUT/e2e-2gpu-stack.log" 2>&1 &
+    --ready-file "$ready" --health-timeout-s 600 > "$OUT/e2e-2gpu-stack.log" 2>&1 &
   local pid=$!
-  if wait_ready "$ready" "$pid" 900; then
-    local target
-    target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_target"])' "$ready")
-    python3 benchmarks/bench_e2e.py --target "$target" --concurrency 64,256 --out "$OUT/e2e-2gpu.json" 2>&1 \
-      | tee "$OUT/e2e-2gpu.log"
+  if wait_ready "$ready" "$pid" 600; then
+    python3 benchmarks/bench_e2e.py --compose-ready "$ready" --concurrency "${E2E_2GPU_LEVELS:-64,256}" \
+      --out "$OUT/e2e-2gpu.json" 2>&1 | tee "$OUT/e2e-2gpu.log"
+    python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
+      --frames "${KILL_FRAMES:-250}" --kill-after-s 3 --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
+      --out "$OUT/replica-kill.json" 2>&1 | tee "$OUT/replica-kill.log"
   else
     echo "compose stack did not start; see $OUT/e2e-2gpu-stack.log" | tee "$OUT/e2e-2gpu.log"
   fi
   kill -TERM "$pid" 2>/dev/null; wait "$pid"
-  cp "$work"/*.log "$OUT/" 2>/dev/null
+  # one archive: the device tool brings back at most 8 files
+  tar czf "$OUT/e2e-2gpu-service-logs.tgz" -C "$work" --exclude volumes . 2>/dev/null
 }
 
 for w in $which; do

@@ -2,8 +2,10 @@
 
 After each e2e level the talker and the vocoder are asked for their windows (step time, batch
 sizes, graph hit rate) and the windows are reset, so each level reports only itself. Found through
-the ready files the launcher writes in its work dir; a stack given by --target has none, and then
-nothing is collected.
+the ready files the launcher writes in its work dir, or, for a compose run (launcher.compose_run),
+through its ready file, which lists every replica: then each replica reports under its own name
+("vocoder-1", "vocoder-2"), with the requests and audio it served, which is how the load split
+between replicas is read. A stack given by --target alone has neither, and nothing is collected.
 """
 from __future__ import annotations
 
@@ -33,7 +35,10 @@ def _voices(stats) -> dict:
 
 
 def _summary(role: str, stats) -> dict:
-    out = {"step_time": _latency(stats.step_time),
+    requests = stats.requests
+    out = {"requests": {name: getattr(requests, name) for name in ("num_started", "num_finished", "num_aborted",
+                                                                   "num_failed", "num_refused")},
+           "step_time": _latency(stats.step_time),
            "batch_size_histogram": dict(sorted(stats.batch_size_histogram.items())),
            "graph_hit_rate": round(stats.graphs.hit_rate, 4),
            "num_graph_steps": stats.graphs.num_graph_steps, "num_eager_steps": stats.graphs.num_eager_steps}
@@ -48,40 +53,73 @@ def _summary(role: str, stats) -> dict:
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
         out["voices"] = _voices(stats.voices)
     else:
+        out["audio_s_emitted"] = round(stats.audio_s_emitted, 3)
         out["first_chunk_time"] = _latency(stats.first_chunk_time)
         out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
     return out
 
 
+def ask(role: str, target: str, reset: bool, timeout_s: float) -> dict:
+    """One service's summary (its window reset after reading when `reset`), or {"error": ...}."""
+    with grpc.insecure_channel(target) as channel:
+        try:
+            stats = STUBS[role](channel).GetStats(admin_pb2.GetStatsRequest(reset=reset), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            return {"error": f"{exc.code().name}: {exc.details()}"}
+    return _summary(role, stats)
+
+
 def collect(work_dir: Path | None, reset: bool = True, timeout_s: float = 5.0) -> dict:
     """{role: summary} for each service whose ready file is in `work_dir`; {} without one."""
     found = {}
-    for role, stub_class in STUBS.items():
+    for role in STUBS:
         ready = work_dir / f"{role}.ready.json" if work_dir is not None else None
         if ready is None or not ready.is_file():
             continue
-        port = json.loads(ready.read_text())["grpc_port"]
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            try:
-                stats = stub_class(channel).GetStats(admin_pb2.GetStatsRequest(reset=reset), timeout=timeout_s)
-            except grpc.RpcError as exc:
-                found[role] = {"error": f"{exc.code().name}: {exc.details()}"}
-                continue
-        found[role] = _summary(role, stats)
+        found[role] = ask(role, f"127.0.0.1:{json.loads(ready.read_text())['grpc_port']}", reset, timeout_s)
     return found
+
+
+def collect_replicas(compose_ready: Path | None, reset: bool = True, timeout_s: float = 5.0) -> dict:
+    """{replica name: summary} for every talker and vocoder replica a compose run's ready file lists
+    (asked at its health target, which is also its admin port); {} without the file."""
+    if compose_ready is None or not compose_ready.is_file():
+        return {}
+    replicas = json.loads(compose_ready.read_text())["replicas"]
+    return {name: ask(info["role"], info["health"], reset, timeout_s)
+            for name, info in sorted(replicas.items()) if info.get("role") in STUBS}
+
+
+def load_split(before: dict, after: dict) -> dict:
+    """What each vocoder replica served between two collect_replicas() snapshots (its counters run
+    from its start: a replica that restarted in between counts from zero): {name: {streams,
+    audio_s, audio_share}}."""
+    served = {}
+    for name, now in after.items():
+        if not name.startswith("vocoder") or "error" in now:
+            continue
+        then = before.get(name, {})
+        streams, audio_s = now["requests"]["num_started"], now["audio_s_emitted"]
+        if "error" not in then and then and then["requests"]["num_started"] <= streams:
+            streams -= then["requests"]["num_started"]
+            audio_s -= then["audio_s_emitted"]
+        served[name] = {"streams": streams, "audio_s": round(audio_s, 3)}
+    total_audio_s = sum(s["audio_s"] for s in served.values())
+    for s in served.values():
+        s["audio_share"] = round(s["audio_s"] / total_audio_s, 4) if total_audio_s else 0.0
+    return served
 
 
 def one_line(found: dict) -> str:
     parts = []
-    for role in ("talker", "vocoder"):
-        s = found.get(role)
-        if not s or "error" in s:
+    for role, s in found.items():
+        if "error" in s:
             continue
         batches = s["batch_size_histogram"]
         mean_bs = sum(int(b) * n for b, n in batches.items()) / max(1, sum(batches.values()))
         line = (f"{role} step p50 {s['step_time']['p50_ms']:.2f} ms, mean batch {mean_bs:.1f}, "
                 f"graphs {s['graph_hit_rate']:.2f}")
-        if role == "talker":
+        if role.startswith("talker"):
             line += (f", prefill graphs {s['prefill_hit_rate']:.2f}, decode gap p50/max "
                      f"{s['decode_gap']['p50_ms']:.1f}/{s['max_decode_gap_ms']:.1f} ms")
         parts.append(line)

@@ -11,7 +11,9 @@ a container engine provides is stood in for, and nothing else is changed:
   addresses, which is what the compose DNS name resolves to;
 - GPU reservations become CUDA_VISIBLE_DEVICES; named volumes become folders under the work dir
   (flag values under a mount target are moved there);
-- `${VAR}` / `${VAR:-default}` are substituted from the environment as docker-compose does.
+- `${VAR}` / `${VAR:-default}` are substituted from the environment as docker-compose does;
+- a service's `restart` policy is kept on its replicas: compose_run starts a replica that died
+  again, on the same addresses, unless the policy is "no".
 
 The plan is data only (no processes): `launcher.compose_run` starts it, tests inspect it.
 """
@@ -29,6 +31,7 @@ ROLE_MODULES = {"gateway": "gateway", "talker": "talker_service", "vocoder": "vo
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 _PEER = re.compile(r"tcp://([A-Za-z0-9_.-]+):(\d+)")
 _WILDCARD_HOSTS = ("0.0.0.0", "127.0.0.1")
+RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
 
 
 @dataclass
@@ -42,6 +45,12 @@ class ReplicaPlan:
     address: str                  # this replica's loopback address
     health_target: str            # HOST:PORT the compose health check asks
     stop_grace_s: float = 10.0
+    restart: str = "no"           # compose `restart`: "no" | "always" | "unless-stopped" | "on-failure"
+
+    @property
+    def restarts(self) -> bool:
+        """Whether a container engine would start this replica again after it died."""
+        return self.restart != "no"
 
 
 @dataclass
@@ -96,7 +105,8 @@ def load_plan(compose_file: str | Path, work_dir: str | Path, environ: dict[str,
             plan.replicas.append(ReplicaPlan(
                 name=f"{name}-{replica + 1}", service=name, role=role, module=ROLE_MODULES[role], args=args,
                 env=_environment(service), address=address,
-                health_target=_health_target(service, address), stop_grace_s=_seconds(service.get("stop_grace_period"))))
+                health_target=_health_target(service, address), stop_grace_s=_seconds(service.get("stop_grace_period")),
+                restart=_restart_policy(service, name)))
     return plan
 
 
@@ -166,6 +176,15 @@ def _rewrite(flag: str, address: str, addresses: dict[str, list[str]], mounts: d
         if value == target or value.startswith(target + "/"):
             value = str(folder) + value[len(target):]
     return f"{name}={value}"
+
+
+def _restart_policy(service: dict, name: str) -> str:
+    # YAML reads a bare `no` as False; compose spells it "no"
+    policy = service.get("restart", "no")
+    policy = "no" if policy is False else str(policy)
+    if policy.split(":")[0] not in RESTART_POLICIES:   # "on-failure:3" carries a retry count
+        raise ValueError(f"service {name!r}: restart policy {policy!r} is none of {sorted(RESTART_POLICIES)}")
+    return policy
 
 
 def _has_flag(args: list[str], flag: str) -> bool:

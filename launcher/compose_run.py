@@ -6,8 +6,11 @@
 Starts every replica in dependency order with the compose file's commands and environment, waits
 until each answers its compose health check (SERVING) within the deadline, writes the gateway's
 gRPC target to the ready file, and on SIGTERM / Ctrl-C stops them in reverse order, each within its
-`stop_grace_period`. A replica that exits stops the whole run (exit 1), as a failed container
-would be noticed; there is no restart policy here.
+`stop_grace_period`. A replica whose service has a `restart` policy (the project's files say
+`unless-stopped`) is started again when it dies, as the container engine would, on the same
+addresses (launcher.supervisor: backoff, crash-loop limit); the ready file is rewritten with its new
+pid once it is ready. A replica with `restart: "no"` that exits, or one in a crash loop, stops the
+whole run (exit 1).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from launcher.compose_plan import ComposePlan, ReplicaPlan, load_plan
 from launcher.processes import Child
+from launcher.supervisor import CrashLoop, RestartPolicy, Supervisor
 
 logger = logging.getLogger(__name__)
 HEALTH_POLL_S = 0.2
@@ -101,25 +105,45 @@ def run(args) -> int:
         logger.error("%s", exc)
         return 1
     try:
-        gateways = [r for r in plan.replicas if r.role == "gateway"]
-        ready = {"grpc_target": gateways[0].health_target if gateways else "", "work_dir": str(work_dir),
-                 "replicas": {r.name: {"pid": c.proc.pid, "address": r.address, "health": r.health_target,
-                                       "cuda_visible_devices": r.env.get("CUDA_VISIBLE_DEVICES", "")}
-                              for r, c in running}}
-        if args.ready_file:
-            tmp = Path(args.ready_file + ".tmp")
-            tmp.write_text(json.dumps(ready))
-            os.replace(tmp, args.ready_file)
-        print(f"compose stack ready: gRPC {ready['grpc_target']}, logs in {work_dir}", flush=True)
+        write_ready(args.ready_file, plan, work_dir, running)
+        print(f"compose stack ready: gRPC {gateway_target(plan)}, logs in {work_dir}", flush=True)
+        supervisor = Supervisor(RestartPolicy(ready_timeout_s=args.health_timeout_s),
+                                on_ready=lambda child: write_ready(args.ready_file, plan, work_dir, running))
+        for replica, child in running:
+            if replica.restarts:
+                supervisor.add(child, pin=lambda info: [])   # compose flags fix every address already
         while not stop.wait(HEALTH_POLL_S):
+            supervisor.poll()
             for replica, child in running:
-                if not child.is_alive():
-                    logger.error("%s exited with %s; stopping:\n%s", replica.name, child.proc.returncode,
-                                 child.log_tail())
+                if not replica.restarts and not child.is_alive():
+                    logger.error("%s exited with %s and its restart policy is \"no\"; stopping:\n%s", replica.name,
+                                 child.proc.returncode, child.log_tail())
                     return 1
         return 0
+    except CrashLoop as exc:
+        logger.error("%s", exc)
+        return 1
     finally:
         stop_all(running)
+
+
+def gateway_target(plan: ComposePlan) -> str:
+    gateways = [r for r in plan.replicas if r.role == "gateway"]
+    return gateways[0].health_target if gateways else ""
+
+
+def write_ready(path: str | None, plan: ComposePlan, work_dir: Path, running: list[tuple[ReplicaPlan, Child]]) -> None:
+    """The gateway's target and every replica's pid and addresses (a restart changes the pid)."""
+    if not path:
+        return
+    ready = {"grpc_target": gateway_target(plan), "work_dir": str(work_dir),
+             "replicas": {r.name: {"pid": c.proc.pid, "address": r.address, "health": r.health_target,
+                                   "role": r.role, "num_starts": c.num_starts,
+                                   "cuda_visible_devices": r.env.get("CUDA_VISIBLE_DEVICES", "")}
+                          for r, c in running}}
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(ready))
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """Compose files run on one host without Docker (launcher.compose_plan / compose_run): the plan keeps
 every command and environment that the real docker-compose resolves, changing only what a container
 engine would provide; a real run of the multi-GPU file (tiny, CPU) serves audio through both
-vocoder replicas and stops cleanly on SIGTERM."""
+vocoder replicas, survives a replica killed under load (benchmarks/replica_kill.py: the streams on
+it fail UNAVAILABLE, new ones go to the survivor, the replica is restarted and takes work again)
+and stops cleanly on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
@@ -51,6 +53,19 @@ def test_plan_keeps_what_docker_compose_resolves(name, tmp_path):
         assert replica.env.get("CUDA_VISIBLE_DEVICES") == (",".join(devices[0]["device_ids"]) if devices else None)
     started = [r.service for r in plan.replicas]
     assert started.index("vocoder") < started.index("talker") < started.index("gateway")
+
+
+def test_restart_policy_is_kept_and_checked(tmp_path):
+    plan = load_plan(COMPOSE_FILES["multi"], tmp_path, environ=ENV)
+    assert {r.restart for r in plan.replicas} == {"unless-stopped"} and all(r.restarts for r in plan.replicas)
+    text = COMPOSE_FILES["multi"].read_text()
+    for policy, restarts in (("\"no\"", False), ("no", False), ("on-failure:3", True), ("always", True)):
+        path = tmp_path / "policy.yml"
+        path.write_text(text.replace("restart: unless-stopped", f"restart: {policy}"))
+        assert {r.restarts for r in load_plan(path, tmp_path, environ=ENV).replicas} == {restarts}, policy
+    path.write_text(text.replace("restart: unless-stopped", "restart: sometimes"))
+    with pytest.raises(ValueError, match="restart policy 'sometimes'"):
+        load_plan(path, tmp_path, environ=ENV)
 
 
 def test_multi_gpu_plan_gives_each_replica_an_address_and_lists_them_as_peers(tmp_path):
@@ -110,9 +125,46 @@ def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
         assert all(r.summary.num_frames == 6 and len(r.audio) > 0 for r in replies)
         per_vocoder = [_finished(v) for v in vocoders]
         assert sum(per_vocoder) == 6 and min(per_vocoder) >= 1, per_vocoder   # least-loaded spreads them
+        check_replica_kill(ready, tmp_path / "kill.json", info)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        if proc.poll() is None:   # SIGTERM first: compose_run stops its replicas (SIGKILL would orphan them)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def check_replica_kill(ready, out, info):
+    """SIGKILL vocoder-1 under load: what was on it fails UNAVAILABLE naming it, the rest finish whole;
+    the next streams all go to vocoder-2; compose_run restarts vocoder-1 (restart: unless-stopped)
+    and it serves again."""
+    from benchmarks.replica_kill import main as replica_kill
+
+    assert replica_kill(["--compose-ready", str(ready), "--kill", "vocoder-1", "--streams", "4", "--frames", "100",
+                         "--kill-after-s", "1.5", "--rejoin-timeout-s", "120", "--timeout-s", "120",
+                         "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    during = result["phases"]["during"]
+    endpoint = "tcp://" + info["replicas"]["vocoder-1"]["address"] + ":5701"
+    on_victim = [v["num_streams"] for v in during["talker_view_at_kill"] if v["endpoint"] == endpoint]
+    assert on_victim and on_victim[0] >= 1, during["talker_view_at_kill"]
+    failed = [r for r in during["rows"] if r["code"] != "OK"]
+    assert len(failed) >= on_victim[0] and {r["code"] for r in failed} == {"UNAVAILABLE"}, during["outcome"]
+    victim_pid = str(info["replicas"]["vocoder-1"]["pid"])
+    assert all("vocoder" in r["details"] and victim_pid in r["details"] for r in failed), during["outcome"]["messages"]
+    assert all(r["audio_s"] == r["expected_audio_s"] for r in during["rows"] if r["code"] == "OK")
+    after = result["phases"]["after"]
+    assert after["outcome"]["by_code"] == {"OK": 4} and after["outcome"]["num_full_length"] == 4
+    # vocoder-1 may be listed (restarted, nothing served yet): every stream went to vocoder-2
+    assert after["load_split"]["vocoder-2"]["streams"] == 4, after["load_split"]
+    assert sum(s["streams"] for s in after["load_split"].values()) == 4, after["load_split"]
+    assert result["kill_to_serving_again_s"] is not None
+    restarted = json.loads(ready.read_text())["replicas"]["vocoder-1"]
+    assert restarted["num_starts"] == 2 and restarted["pid"] != info["replicas"]["vocoder-1"]["pid"]
+    rejoin = result["phases"]["rejoin"]
+    assert rejoin["outcome"]["by_code"] == {"OK": 4}
+    assert rejoin["load_split"]["vocoder-1"]["streams"] >= 1, rejoin["load_split"]
