@@ -112,3 +112,12 @@ def test_side_ports_bind_every_interface_explicitly(config):
         assert flags(cfg["services"][role]).get("--grpc-host") == "0.0.0.0", role
     gateway_flags = flags(cfg["services"]["gateway"])
     assert gateway_flags.get("--metrics-host") == "0.0.0.0"
+
+
+def test_each_vocoder_replica_can_carry_every_stream_the_talker_admits(config):
+    """A vocoder refuses streams beyond its slots (RESOURCE_EXHAUSTED to the caller). With fewer slots
+    than the talker, the multi-GPU file's 2 x 128 refused streams at 256 (the talker's split is only
+    roughly even), and a lone survivor of a replica kill could hold only half the talker's streams."""
+    _, cfg = config
+    env = {role: cfg["services"][role].get("environment") or {} for role in ("talker", "vocoder")}
+    assert int(env["vocoder"]["QWEN3_TTS_VOCODER_MAX_SLOTS"]) >= int(env["talker"]["QWEN3_TTS_TALKER_MAX_SLOTS"])

@@ -182,6 +182,19 @@ def test_config_maps_feed_real_settings(rendered):
         assert len(annotation) == 64  # pods roll when engine settings change
 
 
+def test_each_vocoder_pod_can_carry_every_stream_a_talker_admits(rendered):
+    """As in the compose files: a vocoder refuses streams beyond its slots, so one pod alone (its
+    peers restarting) must hold every stream of a talker."""
+    _, objects = rendered
+    config_maps = by_kind(objects, "ConfigMap")
+    slots = {}
+    for role in ("talker", "vocoder"):
+        (source,) = container(deployments_by_role(objects)[role])["envFrom"]
+        data = config_maps[source["configMapRef"]["name"]]["data"]
+        slots[role] = int(data[f"QWEN3_TTS_{role.upper()}_MAX_SLOTS"])
+    assert slots["vocoder"] >= slots["talker"], slots
+
+
 @pytest.mark.parametrize("role", SERVICE_ROLES)
 def test_chart_flags_exist_in_the_service_cli(role):
     for values in ((), ("-f", MULTI)):

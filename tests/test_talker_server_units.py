@@ -192,6 +192,38 @@ def test_stream_handles_count_up_per_link_and_wrap_past_zero():
     assert [a.new_stream_handle() for _ in range(3)] == [2**32 - 1, 1, 2]   # uint32, never 0
 
 
+def test_credits_count_streams_routed_but_not_yet_opened_across_heartbeats():
+    """A burst of STARTs is spread by credits. Streams open with their first frame, often after a
+    heartbeat: the vocoder's load cannot count them yet, so the link must, or the vocoder heard
+    from last looks empty and takes the rest of the burst (2 x 128 slots refused streams at 256)."""
+    from protos.tts.internal.v1 import common_pb2
+    from talker_service.server.vocoders import VocoderLinks
+
+    outbox, engine, gateways = RecordingOutbox(), StandInEngine(), GatewayPeers(timeout_s=10.0)
+    routes = RouteTable(engine, outbox, gateways)
+    links = VocoderLinks.__new__(VocoderLinks)   # pick() needs only the links and the timeout
+    links.links, links.timeout_s = [link("voc-a"), link("voc-b")], 3.0
+    idle = common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=0))
+    for voc in links.links:
+        links.heartbeat(voc, idle, 0.0)
+    for i in range(8):   # queued for talker slots: none opened yet
+        routes.add(Route(f"r{i}", None, "tcp://gw:9", links.pick(0.5)))
+    assert [len(v.streams) for v in links.links] == [4, 4] and [v.credits for v in links.links] == [4, 4]
+    links.heartbeat(links.links[0], idle, 1.0)   # voc-a's load, taken before any stream opened
+    assert links.links[0].credits == 4
+    routes.add(Route("r8", None, "tcp://gw:9", links.pick(1.0)))
+    assert [len(v.streams) for v in links.links] == [5, 4]   # a tie broken by list order, not a pile-up
+    # Opening moves a stream from unopened to opened-since-heartbeat; the next heartbeat's load has it.
+    Emitter(routes, outbox).emit([frames("r0", 0, 1)])
+    voc_a = routes.get("r0").vocoder
+    assert "r0" not in voc_a.unopened and voc_a.num_opened_since_heartbeat == 1 and voc_a.credits == 3
+    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=1)), 2.0)
+    assert voc_a.credits == 3
+    waiting = sorted(voc_a.unopened)[0]
+    routes.abort(waiting, "CANCELLED", "gone")   # an ended stream that never opened frees its credit
+    assert voc_a.credits == 4 and waiting not in voc_a.unopened
+
+
 def test_refused_frames_fail_every_request_of_that_vocoder(parts):
     outbox, _, _, routes, voc = parts
     outbox.refuse_frames = True

@@ -64,7 +64,7 @@ class RouteTable:
         self._routes[route.request_id] = route
         if route.vocoder is not None:
             route.vocoder.streams.add(route.request_id)
-            route.vocoder.num_opened_since_heartbeat += 1
+            route.vocoder.unopened.add(route.request_id)   # opens with its first frame (Emitter.open_stream)
         if route.gateway is not None:
             self.gateways.add_request(route.gateway, route.request_id)
 
@@ -73,6 +73,7 @@ class RouteTable:
         self._routes.pop(route.request_id, None)
         if route.vocoder is not None:
             route.vocoder.streams.discard(route.request_id)
+            route.vocoder.unopened.discard(route.request_id)
         if route.gateway is not None:
             self.gateways.discard_request(route.gateway, route.request_id)
 

@@ -38,7 +38,10 @@ class VocoderLink:
     is_retired: bool = False                # gone from DNS: no new work, closed once its streams end
     load: common_pb2.Load = field(default_factory=common_pb2.Load)
     streams: set = field(default_factory=set)          # request ids routed here
-    num_opened_since_heartbeat: int = 0
+    # Routed here but not opened yet (a stream opens with its first frame, possibly long after its
+    # START waited for a talker slot): the vocoder's load cannot count them at any heartbeat.
+    unopened: set = field(default_factory=set)
+    num_opened_since_heartbeat: int = 0     # opened after the load of the last heartbeat was taken
     last_stream_handle: int = 0             # FramesOpen.handle given to the latest stream opened here
 
     def new_stream_handle(self) -> int:
@@ -57,7 +60,16 @@ class VocoderLink:
 
     @property
     def credits(self) -> int:
-        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+        """Free slots it announced, less the streams we opened since and those routed to open later.
+        Counting a stream from its START, and forgetting it at a heartbeat that could not yet hold it,
+        overstated the credits of the vocoder just heard from: a burst of STARTs went mostly there."""
+        return (int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+                - len(self.unopened))
+
+    def opened(self, request_id: str) -> None:
+        """The stream's FramesOpen goes out now: from here the vocoder's own load counts it."""
+        self.unopened.discard(request_id)
+        self.num_opened_since_heartbeat += 1
 
 
 class VocoderLinks:
