@@ -148,7 +148,7 @@ e2e_two_gpus() {
     python3 benchmarks/bench_e2e.py --compose-ready "$ready" --concurrency "${E2E_2GPU_LEVELS:-64,256}" \
       --out "$OUT/e2e-2gpu.json" 2>&1 | tee "$OUT/e2e-2gpu.log"
     python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
-      --frames "${KILL_FRAMES:-250}" --kill-after-s 3 --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
+      --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
       --out "$OUT/replica-kill.json" 2>&1 | tee "$OUT/replica-kill.log"
   else
     echo "compose stack did not start; see $OUT/e2e-2gpu-stack.log" | tee "$OUT/e2e-2gpu.log"
