@@ -49,7 +49,8 @@ class ReplicaPlan:
 
     @property
     def restarts(self) -> bool:
-        """Whether a container engine would start this replica again after it died."""
+        """Whether a container engine would start this replica again after it died ("on-failure"
+        counts as yes: the roles exit 0 only when told to stop, and a stop ends the run anyway)."""
         return self.restart != "no"
 
 
