@@ -121,12 +121,3 @@ def test_each_vocoder_replica_can_carry_every_stream_the_talker_admits(config):
     _, cfg = config
     env = {role: cfg["services"][role].get("environment") or {} for role in ("talker", "vocoder")}
     assert int(env["vocoder"]["QWEN3_TTS_VOCODER_MAX_SLOTS"]) >= int(env["talker"]["QWEN3_TTS_TALKER_MAX_SLOTS"])
-
-
-def test_vocoders_sharing_a_gpu_split_it_and_size_their_graph_pools_from_their_share():
-    """Multi-GPU file: a fixed graph budget (4 GiB) left 13 of 54 decode shapes eager at 256 slots on
-    an otherwise idle GPU; each replica's share of the GPU sizes its pool instead, and the shares fit."""
-    vocoder = compose_config("multi")["services"]["vocoder"]
-    env = vocoder.get("environment") or {}
-    assert "QWEN3_TTS_VOCODER_GRAPH_MEMORY_BUDGET_MB" not in env
-    assert vocoder["deploy"]["replicas"] * float(env["QWEN3_TTS_VOCODER_GPU_MEMORY_FRACTION"]) <= 0.9
