@@ -121,3 +121,12 @@ def test_each_vocoder_replica_can_carry_every_stream_the_talker_admits(config):
     _, cfg = config
     env = {role: cfg["services"][role].get("environment") or {} for role in ("talker", "vocoder")}
     assert int(env["vocoder"]["QWEN3_TTS_VOCODER_MAX_SLOTS"]) >= int(env["talker"]["QWEN3_TTS_TALKER_MAX_SLOTS"])
+
+
+def test_vocoders_sharing_a_gpu_have_fixed_graph_pools_that_fit_it_together():
+    """Multi-GPU file: replicas on one GPU each get a fixed graph budget. Sized from a share of the GPU
+    instead, the first replica's capture overshot its share (55.6 GB reserved for all 54 graphs on an
+    H100 against a 33.7 GiB budget: the check runs before each shape), leaving the second too little."""
+    vocoder = compose_config("multi")["services"]["vocoder"]
+    budget_mb = float(vocoder["environment"]["QWEN3_TTS_VOCODER_GRAPH_MEMORY_BUDGET_MB"])
+    assert 0 < vocoder["deploy"]["replicas"] * budget_mb <= 40 * 1024   # well inside an 80 GB card with weights
