@@ -111,6 +111,7 @@ def make_runner(model, max_slots, mode, policy, budget_bytes, is_cuda, args=None
                                     cudnn_benchmark_min_row_frames=min_row_frames)
         report = {"num_graphs": len(cap.captured), "skipped": cap.skipped, "graph_memory_bytes": cap.graph_memory_bytes,
                   "allocated_bytes": cap.allocated_bytes, "capture_s": cap.capture_s,
+                  "reserved_bytes_after_shape": cap.reserved_after,
                   "cudnn_benchmark_min_row_frames": min_row_frames,
                   "num_cudnn_benchmarked": len(cap.cudnn_benchmarked),
                   "compile_plan": plan.describe() if plan is not None else None, "compiled": cap.compiled,

@@ -163,6 +163,7 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
     report = table.capture([1, 2, 4, 8], [2, 4], budget_bytes=12_000)   # 8 > max_slots: dropped
     assert report.captured == [(1, 2), (1, 4), (2, 2), (2, 4)]          # 2+4+4+8 = 18 row-frames >= 12
     assert report.skipped == [(4, 2), (4, 4)] and report.graph_memory_bytes == 18_000
+    assert report.reserved_after == {"1x2": 2_000, "1x4": 6_000, "2x2": 10_000, "2x4": 18_000}   # the growth curve
     assert (table.find(1, 3).batch_size, table.find(1, 3).num_frames) == (1, 4)
     assert (table.find(2, 1).batch_size, table.find(2, 1).num_frames) == (2, 2)
     assert table.find(3, 2) is None and table.find(1, 5) is None
