@@ -32,15 +32,13 @@ import grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_e2e import TEXT  # noqa: E402  (the e2e sweep's utterance, word by word here too)
 from benchmarks.commit import git_commit  # noqa: E402
 from benchmarks.stack_stats import collect_replicas, load_split  # noqa: E402
 from client import TtsClient, make_config  # noqa: E402
 from launcher.compose_run import is_serving  # noqa: E402
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from protos.tts.v1 import config_pb2  # noqa: E402
-
-TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
-        "green forest where nobody can see it anymore.")
 
 
 async def one_stream(client: TtsClient, seed: int, frames: int, voice: str, timeout_s: float) -> dict:

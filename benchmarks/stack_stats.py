@@ -98,9 +98,9 @@ def load_split(before: dict, after: dict) -> dict:
     for name, now in after.items():
         if not name.startswith("vocoder") or "error" in now:
             continue
-        then = before.get(name, {})
         streams, audio_s = now["requests"]["num_started"], now["audio_s_emitted"]
-        if "error" not in then and then and then["requests"]["num_started"] <= streams:
+        then = before.get(name)
+        if then and "requests" in then and then["requests"]["num_started"] <= streams:   # not restarted since
             streams -= then["requests"]["num_started"]
             audio_s -= then["audio_s_emitted"]
         served[name] = {"streams": streams, "audio_s": round(audio_s, 3)}

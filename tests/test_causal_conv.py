@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from triton_support import (CountingLauncher, assert_dispatcher_took_triton, check_failure_logged_once_and_remembered,
+from triton_support import (CountingLauncher, assert_dispatch_equals_kernel, check_failure_logged_once_and_remembered,
                             check_import_failure_is_recorded, check_real_launch_failure_falls_back, child_main,
                             compile_for_hopper, equal_to, forbid_triton, fresh_route, run_interpreter_child,
                             save_child_results, skip_if_interpreting, use_launcher)
@@ -89,8 +89,7 @@ def test_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("name", [_name(c) for c in CASES])
 def test_dispatcher_uses_the_kernel_when_forced(interpreted, name):
     _, outputs, info = interpreted
-    assert_dispatcher_took_triton(info)
-    assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"])
+    assert_dispatch_equals_kernel(info, outputs, name)
 
 
 def test_strided_input_and_tail(interpreted):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 # triton_support first: it puts the repo root on sys.path for the kernels imports below
-from triton_support import (CountingLauncher, OpCounter, assert_dispatcher_took_triton,
+from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_kernel,
                             check_failure_logged_once_and_remembered, check_import_failure_is_recorded,
                             check_real_launch_failure_falls_back, child_main, compile_for_hopper, equal_to,
                             forbid_triton, fresh_route, run_interpreter_child, save_child_results,
@@ -32,10 +32,10 @@ from kernels import gumbel_pick_triton as gpt  # noqa: E402
 from kernels.gumbel_pick_reference import gumbel_pick_reference  # noqa: E402
 from kernels.gumbel_pick_triton import _gumbel_from_bits, _mix32, _token_part  # noqa: E402
 from kernels import hash_noise as noise  # noqa: E402
-from talker_service.model.sampling import RowSampling, _candidates, choose_tokens_keyed, penalize_and_mask  # noqa: E402
+from talker_service.model.sampling import RowSampling, _candidates, choose_tokens_keyed  # noqa: E402
+from sampling_cases import TABLE_SIZE, codebook0_logits, seeds_steps as _seeds_steps, token_table as _table  # noqa: E402
 
 OP_NAME = "qwen3tts.gumbel_pick"
-TABLE_SIZE = 4096  # token-hash table covering every token id used below
 NUM_UNIFORMS = 1 << 23  # every uniform the noise can take: u = (k + 0.5) * 2**-23
 NUM_HASH_PAIRS = 1 << 18
 
@@ -48,10 +48,6 @@ def _rows(bs, gen, top_ks, top_ps, temps):
     pick = lambda options: torch.tensor(options)[torch.randint(0, len(options), (bs,), generator=gen)]  # noqa: E731
     return RowSampling(temperature=pick(temps).float(), top_k=pick(top_ks).long(), top_p=pick(top_ps).float(),
                        do_sample=torch.ones(bs, dtype=torch.bool))
-
-
-def _seeds_steps(bs, gen):
-    return torch.randint(0, 2**63 - 1, (bs,), generator=gen), torch.randint(0, 20000, (bs,), generator=gen)
 
 
 def _perm_ids(bs, k, vocab, gen):
@@ -74,14 +70,8 @@ def _cases():
     values, ids = _candidates(torch.randn(40, 2048, generator=gen) * 2.0, rows, None)
     cases["full2048"] = (values, ids, noise.group_keys(seeds, steps, 1, 15)[:, 14])
     # codebook 0: penalties, EOS/suppressed masks, full sort over 3072
-    bs, eos = 40, 2150
-    logits = torch.randn(bs, 3072, generator=gen) * 2.5
-    history = torch.rand(bs, 3072, generator=gen) < 0.02
-    suppressed = torch.zeros(3072, dtype=torch.bool)
-    suppressed[2048:] = True
-    suppressed[eos] = False
-    logits = penalize_and_mask(logits, history, torch.full((bs,), 1.05), torch.randint(0, 4, (bs,), generator=gen),
-                               torch.full((bs,), 2), eos, suppressed)
+    bs = 40
+    logits = codebook0_logits(bs, gen)
     rows = _rows(bs, gen, [0, 50], [1.0, 0.9, 0.6], [0.9, 1.0])
     seeds, steps = _seeds_steps(bs, gen)
     values, ids = _candidates(logits, rows, None)
@@ -112,10 +102,6 @@ def _cases():
     wide_v, wide_ids = torch.randn(8, 80, generator=gen), _perm_ids(8, 80, 2048, gen)
     cases["row_strided"] = (wide_v[:, 8:72], wide_ids[:, 8:72], noise.row_keys(*_seeds_steps(8, gen), 2))
     return cases
-
-
-def _table():
-    return noise.token_hashes(TABLE_SIZE, "cpu")
 
 
 def _hash_pairs():
@@ -236,9 +222,7 @@ def test_kernel_matches_reference(interpreted, name):
 
 def test_dispatcher_uses_triton_when_forced(interpreted):
     cases, outputs, info = interpreted
-    assert_dispatcher_took_triton(info)
-    for name in cases:
-        assert torch.equal(outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"]), name
+    assert_dispatch_equals_kernel(info, outputs, cases)
 
 
 def test_op_is_one_dispatch_on_triton_path(interpreted):

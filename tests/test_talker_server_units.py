@@ -201,8 +201,9 @@ def test_credits_count_streams_routed_but_not_yet_opened_across_heartbeats():
 
     outbox, engine, gateways = RecordingOutbox(), StandInEngine(), GatewayPeers(timeout_s=10.0)
     routes = RouteTable(engine, outbox, gateways)
-    links = VocoderLinks.__new__(VocoderLinks)   # pick() needs only the links and the timeout
-    links.links, links.timeout_s = [link("voc-a"), link("voc-b")], 3.0
+    context = zmq.Context()
+    # literal addresses (no DNS thread) and no poller; the DEALERs connect to nothing and send nothing
+    links = VocoderLinks(context, ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], snd_hwm=10, timeout_s=3.0)
     idle = common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=0))
     for voc in links.links:
         links.heartbeat(voc, idle, 0.0)
@@ -222,6 +223,8 @@ def test_credits_count_streams_routed_but_not_yet_opened_across_heartbeats():
     waiting = sorted(voc_a.unopened)[0]
     routes.abort(waiting, "CANCELLED", "gone")   # an ended stream that never opened frees its credit
     assert voc_a.credits == 4 and waiting not in voc_a.unopened
+    links.close(linger_ms=0)
+    context.term()
 
 
 def test_refused_frames_fail_every_request_of_that_vocoder(parts):

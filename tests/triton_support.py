@@ -108,6 +108,18 @@ def assert_dispatcher_took_triton(info: dict) -> None:
     assert info["dispatcher_loaded_launcher"], "the dispatcher fell back to eager on CPU despite the env var"
 
 
+def assert_dispatch_equals_kernel(info: dict, outputs: dict, names) -> None:
+    """The dispatcher loaded the Triton launcher, and for each case named (one name or several) it
+    returned exactly what the kernel launched directly returned (a tensor or a tuple of them): same
+    launcher, same config, so the dispatcher must add nothing. The child saves both as
+    `dispatch/NAME` and `kernel/NAME`."""
+    assert_dispatcher_took_triton(info)
+    for name in [names] if isinstance(names, str) else names:
+        got, kernel = outputs[f"dispatch/{name}"], outputs[f"kernel/{name}"]
+        for a, b in zip(got, kernel) if isinstance(got, (tuple, list)) else [(got, kernel)]:
+            assert torch.equal(a, b), name
+
+
 # ---------------------------------------------------------------------------------------------
 # In-process routing with stand-in launchers
 

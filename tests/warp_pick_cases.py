@@ -1,5 +1,6 @@
 """Inputs shared by the warp_pick tests: sampling rows, noise keys, logit cases (ties, both filters,
-greedy and sampled rows), the old unfused choose_tokens_keyed formula, the token-hash table."""
+greedy and sampled rows), the old unfused choose_tokens_keyed formula; seeds, the token-hash table
+and codebook-0 logits come from tests/sampling_cases.py, as for the gumbel_pick tests."""
 from __future__ import annotations
 
 import torch
@@ -8,9 +9,10 @@ import torch
 from kernels import hash_noise as noise
 from kernels.gumbel_pick_reference import gumbel_pick_reference
 from kernels.warp_pick_reference import sampling_temperature, warp_values_reference
-from talker_service.model.sampling import RowSampling, _sorted_candidates, penalize_and_mask
+from talker_service.model.sampling import RowSampling, _sorted_candidates
+from sampling_cases import codebook0_logits, seeds_steps as _seeds_steps
+from sampling_cases import token_table as _table  # noqa: F401  (the test file takes it from here with the cases)
 
-TABLE_SIZE = 4096  # token-hash table covering every token id used below
 
 
 def _rows(bs, gen, top_ks, top_ps, temps, greedy_share=0.0):
@@ -21,10 +23,6 @@ def _rows(bs, gen, top_ks, top_ps, temps, greedy_share=0.0):
     temperature = torch.where(do_sample, pick(temps).float(), torch.zeros(bs))
     return RowSampling(temperature=temperature, top_k=pick(top_ks).long(), top_p=pick(top_ps).float(),
                        do_sample=do_sample)
-
-
-def _seeds_steps(bs, gen):
-    return torch.randint(0, 2**63 - 1, (bs,), generator=gen), torch.randint(0, 20000, (bs,), generator=gen)
 
 
 def _keys(bs, gen, group):
@@ -58,14 +56,8 @@ def _logit_cases():
     rows = _rows(bs, gen, [0, 1, 50, 200, 2048, 5000], [1.0, 0.9, 0.5], [0.7, 1.0, 0.3, 1.7], 0.2)
     cases["full2048"] = (torch.randn(bs, 2048, generator=gen) * 2.0, rows, None, _keys(bs, gen, 15))
     # codebook 0: penalties, EOS/suppressed masks (-inf tail), full sort over 3072
-    bs, eos = 48, 2150
-    logits = torch.randn(bs, 3072, generator=gen) * 2.5
-    history = torch.rand(bs, 3072, generator=gen) < 0.02
-    suppressed = torch.zeros(3072, dtype=torch.bool)
-    suppressed[2048:] = True
-    suppressed[eos] = False
-    logits = penalize_and_mask(logits, history, torch.full((bs,), 1.05), torch.randint(0, 4, (bs,), generator=gen),
-                               torch.full((bs,), 2), eos, suppressed)
+    bs = 48
+    logits = codebook0_logits(bs, gen)
     rows = _rows(bs, gen, [0, 50, 3000], [1.0, 0.9, 0.6], [0.9, 1.0, 0.3, 1.7], 0.2)
     cases["c0_full3072"] = (logits, rows, None, noise.row_keys(*_seeds_steps(bs, gen), 0))
     return cases
@@ -174,7 +166,3 @@ def _cases():
     cases["row_strided"] = (values[:, 8:72], ids[:, 8:72], temperature[:, 0], params[:, 0], top_p[:, 0],
                             do_sample[:, 0], greedy[:, 0], 2048, params[:, 1] * 977)
     return cases
-
-
-def _table():
-    return noise.token_hashes(TABLE_SIZE, "cpu")

@@ -199,8 +199,9 @@ class GraphTable:
         report = CaptureReport()
         memory = _DeviceMemory(self.decoder.device if self.is_cuda else None)
         started = time.perf_counter()
+        grown_bytes = 0   # reserved growth so far: read once per shape (each read synchronizes the device)
         for index, shape in enumerate(shapes):
-            if memory.reserved_growth() >= budget_bytes:
+            if grown_bytes >= budget_bytes:
                 report.skipped = shapes[index:]
                 logger.warning(
                     "graph memory budget %.0f MB reached after %d graphs; %d larger shapes run eagerly: %s",
@@ -212,7 +213,8 @@ class GraphTable:
             self.steps[shape] = CapturedStep(self.decoder, shape[0], shape[1], self.pool, body,
                                              cudnn_benchmark=self.uses_cudnn_benchmark(*shape))
             report.captured.append(shape)
-            report.reserved_after[f"{shape[0]}x{shape[1]}"] = memory.reserved_growth()
+            grown_bytes = memory.reserved_growth()
+            report.reserved_after[f"{shape[0]}x{shape[1]}"] = grown_bytes
             if kind != "plain":
                 report.compiled[f"{shape[0]}x{shape[1]}"] = {"kind": kind, "s": time.perf_counter() - shape_started}
             if self.uses_cudnn_benchmark(*shape):
