@@ -10,6 +10,8 @@
 #   conv                     the decoder's causal convs, cuDNN vs the Triton kernel (benchmarks/bench_causal_conv.py)
 #   decoder-profile          top kernels and top ATen ops of eager vocoder steps (PROFILE_SHAPES, 64x25)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
+#   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
+#                            kernel time vs replay time, top kernels, ATen ops of an eager step
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
@@ -197,6 +199,9 @@ for w in $which; do
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
         | tee "$OUT/talker-service.log" ;;
+    talker-profile)
+      python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
+        --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;
     e2e)
       install_wheels; random_checkpoint
       python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
