@@ -53,7 +53,7 @@ _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 def _slot_decode_attn_kernel(
     q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
     qk_scale, num_positions,
-    stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp,
+    stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp, stride_slot, stride_len,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
@@ -62,8 +62,9 @@ def _slot_decode_attn_kernel(
     split = tl.program_id(2)
     num_heads = tl.num_programs(1) * GROUP
 
-    slot = tl.load(slots_ptr + row).to(tl.int64)
-    length = tl.load(lengths_ptr + row).to(tl.int32)
+    # index strides: 0 when every row shares one value (the code predictor's frame: one length per step)
+    slot = tl.load(slots_ptr + row * stride_slot).to(tl.int64)
+    length = tl.load(lengths_ptr + row * stride_len).to(tl.int32)
     length = tl.maximum(tl.minimum(length, num_positions), 0)
     # this split's keys [start, end); NUM_SPLITS == 1 gives [0, length)
     chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -175,8 +176,8 @@ def _num_sms(device: torch.device) -> int:
 def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
                                  block_n: Optional[int] = None, num_splits: Optional[int] = None) -> torch.Tensor:
-    """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int -> contiguous
-    [B, H, D] in q's dtype. `block_n` (power of two >= 16) and `num_splits` (>= 1) override the
+    """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
+    0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two >= 16) and `num_splits` (>= 1) override the
     heuristics (tests, tuning); by default a CPU (interpreter) launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
@@ -199,6 +200,8 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
     if v_cache.stride(-1) != 1:
         v_cache = v_cache.contiguous()
     default_block_n, num_warps = choose_block(head_dim, q.dtype)
+    # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked rows
+    default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))
     block_n = default_block_n if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
@@ -219,7 +222,7 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         q, k_cache, v_cache, slots, lengths, out, part_acc, part_m, part_l,
         float(scale) * _LOG2E, num_positions,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), slots.stride(0), lengths.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
         NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps,
     )

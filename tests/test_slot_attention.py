@@ -107,7 +107,16 @@ def _all_cases():
                                                       torch.bfloat16, seed=25), kwargs={"num_splits": 2})
     for dname, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         cases[f"{dname}-cache-parity"] = _cache_parity(dtype)[0]
+        cases[f"{dname}-frame-cache"] = _frame_cache_case(dtype, seed=26)
     return cases
+
+
+def _frame_cache_case(dtype, seed, offset=9):
+    """The code predictor's one-query step (talker_service.model.kv_cache.FrameKVCache.attend): the
+    cache has 16 positions, batch row b reads cache row b, and every row's length is one expanded
+    scalar (stride 0), as the frame cache passes it; default tiles (16 positions: one 16-key tile)."""
+    case = _inputs(4, 4, 2, 64, 16, 4, [0, 1, 2, 3], [1, 1, 1, 1], dtype, seed=seed)
+    return dict(case, lengths=torch.tensor([offset + 1]).expand(4))
 
 
 def _call(case, fn, **kwargs):
@@ -159,6 +168,41 @@ def test_kernel_matches_todays_decode_path(interpreted, dtype):
     name = f"{'fp32' if dtype == torch.float32 else 'bf16'}-cache-parity"
     _, today, _ = _cache_parity(dtype)
     _assert_close_to(outputs[f"kernel/{name}"], today, cases[name])
+
+
+def test_frame_cache_lengths_reach_the_kernel_as_one_expanded_scalar(interpreted):
+    cases, outputs, _ = interpreted
+    for name in ("fp32-frame-cache", "bf16-frame-cache"):
+        assert cases[name]["lengths"].stride(0) == 0   # the kernel read lengths[0] for every row
+        # rows of one length give the attention over keys 0..9 of each row
+        case = cases[name]
+        dense = dict(case, lengths=torch.full((4,), 10))
+        _assert_close_to(outputs[f"kernel/{name}"], _call(dense, reference), case)
+
+
+def test_frame_cache_one_query_step_equals_sdpa_over_its_keys():
+    """FrameKVCache.attend's one-query path (the slot kernel's op, CPU reference route) gives what it
+    replaced: grouped SDPA over the first offset + 1 cached positions, no mask."""
+    from talker_service.model.kv_cache import FrameKVCache, causal_mask
+    from talker_service.model.layers import grouped_attention
+
+    gen = torch.Generator().manual_seed(3)
+    cache = FrameKVCache(num_layers=2, batch_size=3, num_kv_heads=2, num_positions=16, head_dim=32,
+                         dtype=torch.float32, device="cpu")
+    cache.k.copy_(torch.randn(cache.k.shape, generator=gen))
+    cache.v.copy_(torch.randn(cache.v.shape, generator=gen))
+    q = torch.randn(3, 4, 1, 32, generator=gen)
+    for offset in (2, 9, 15):
+        cache.offset = offset
+        want = grouped_attention(q, cache.k[1, :, :, :offset + 1], cache.v[1, :, :, :offset + 1], None)
+        got = cache.attend(1, q, None)
+        assert got.shape == want.shape == (3, 4, 1, 32)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    # the two-query first step keeps its causal mask and SDPA
+    cache.offset = 0
+    q2 = torch.randn(3, 4, 2, 32, generator=gen)
+    mask = causal_mask(0, 2, "cpu")
+    assert torch.equal(cache.attend(1, q2, mask), grouped_attention(q2, cache.k[1, :, :, :2], cache.v[1, :, :, :2], mask))
 
 
 def test_splits_agree_with_one_pass(interpreted):
@@ -364,7 +408,8 @@ def test_kernel_compiles_for_hopper(dtype, splits, monkeypatch):
                  "lengths_ptr": "*i64", "out_ptr": f"*{dtype}", "part_acc_ptr": "*fp32", "part_m_ptr": "*fp32",
                  "part_l_ptr": "*fp32", "qk_scale": "fp32", "num_positions": "i32"}
     signature.update({name: "i32" for name in ("stride_qb", "stride_qh", "stride_ks", "stride_kh", "stride_kp",
-                                               "stride_vs", "stride_vh", "stride_vp")})
+                                               "stride_vs", "stride_vh", "stride_vp", "stride_slot",
+                                               "stride_len")})
     block_n, num_warps = sat.choose_block(128, torch.float32 if dtype == "fp32" else torch.bfloat16)
     constants = {"GROUP": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": block_n, "NUM_SPLITS": splits,
                  "DOT_FP32": dtype == "fp32"}

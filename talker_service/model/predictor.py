@@ -43,6 +43,7 @@ class CodePredictor(nn.Module):
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._token_hashes: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None   # arange(16): the frame cache's position table
+        self._lengths: torch.Tensor | None = None     # arange(1, 17): its length table
         self._first_mask: torch.Tensor | None = None  # the first step's causal mask, GQA-folded
 
     def init_runtime(self) -> None:
@@ -56,6 +57,7 @@ class CodePredictor(nn.Module):
         # every layer's attention would fold it
         cfg = self.config
         self._positions = torch.arange(cfg.num_code_groups, device=weight.device)
+        self._lengths = self._positions + 1
         groups = cfg.num_attention_heads // cfg.num_key_value_heads
         self._first_mask = fold_gqa_mask(causal_mask(0, 2, weight.device), groups, 2)
         self.model.fuse_projections()
@@ -74,7 +76,7 @@ class CodePredictor(nn.Module):
         bs = past_hidden.shape[0]
         dtype = self.lm_head[0].weight.dtype
         cache = FrameKVCache(cfg.num_hidden_layers, bs, cfg.num_key_value_heads, cfg.num_code_groups, cfg.head_dim,
-                             dtype, past_hidden.device, self._positions)
+                             dtype, past_hidden.device, self._positions, self._lengths)
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
         mask = self._first_mask
         codes, all_logits = [], []
