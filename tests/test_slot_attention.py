@@ -198,11 +198,21 @@ def test_frame_cache_one_query_step_equals_sdpa_over_its_keys():
         got = cache.attend(1, q, None)
         assert got.shape == want.shape == (3, 4, 1, 32)
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
-    # the two-query first step keeps its causal mask and SDPA
+    # the two-query first step: query 0 is v0 itself (one key), query 1 a one-query step of length 2
     cache.offset = 0
     q2 = torch.randn(3, 4, 2, 32, generator=gen)
-    mask = causal_mask(0, 2, "cpu")
-    assert torch.equal(cache.attend(1, q2, mask), grouped_attention(q2, cache.k[1, :, :, :2], cache.v[1, :, :, :2], mask))
+    want = grouped_attention(q2, cache.k[1, :, :, :2], cache.v[1, :, :, :2], causal_mask(0, 2, "cpu"))
+    got = cache.attend(1, q2, None)
+    assert got.shape == want.shape
+    assert torch.equal(got[:, :, 0], cache.v[1, :, :, 0].repeat_interleave(2, dim=1))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    # any other span falls back to SDPA with the causal mask built here; a mask is refused
+    cache.offset = 4
+    q3 = torch.randn(3, 4, 3, 32, generator=gen)
+    want = grouped_attention(q3, cache.k[1, :, :, :7], cache.v[1, :, :, :7], causal_mask(4, 3, "cpu"))
+    assert torch.equal(cache.attend(1, q3, None), want)
+    with pytest.raises(ValueError, match="causal by position"):
+        cache.attend(1, q3, causal_mask(4, 3, "cpu"))
 
 
 def test_splits_agree_with_one_pass(interpreted):

@@ -131,11 +131,10 @@ class FrameKVCache:
     `position_table` (arange(num_positions); pass one built once, outside the frame step, to save
     its launch too; likewise `length_table`, arange(1, num_positions + 1)).
 
-    A one-query step (steps 2..15 of a frame) attends with the slot decode kernel: batch row b is
-    "slot" b of this cache and every row's length is offset + 1, an expanded scalar of `length_table`
-    (no launch). cuDNN's SDPA took ~49 us a call at batch 256 for these <= 16 keys, 3.6 of
-    the 12.6 ms frame step (H100 profile); the kernel reads just the row's keys. The two-query
-    first step keeps SDPA with its causal mask."""
+    Attention runs on the slot decode kernel: batch row b is "slot" b of this cache and every row's
+    length is one expanded scalar of `length_table` (no launch). cuDNN's SDPA took ~49 us a call
+    at batch 256 for these <= 16 keys (72 us for the masked two-query first step), 3.6 of the
+    12.6 ms frame step (H100 profile); the kernel reads just the row's keys."""
 
     def __init__(self, num_layers: int, batch_size: int, num_kv_heads: int, num_positions: int, head_dim: int,
                  dtype: torch.dtype, device, position_table: torch.Tensor | None = None,
@@ -157,12 +156,28 @@ class FrameKVCache:
         return KVWriteTarget(self.k[layer_idx], self.v[layer_idx], self.rows, start)
 
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """q [bs, heads, L, D] over cached positions 0..offset+L-1 (this step's L included), mask as
-        grouped_attention takes it (None: every cached key is visible)."""
-        end = self.offset + q.shape[2]
-        if q.shape[2] == 1 and mask is None:
-            lengths = self.length_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
-            out = slot_decode_attention(q[:, :, 0], self.k[layer_idx], self.v[layer_idx], self.rows, lengths,
-                                        q.shape[-1] ** -0.5)
-            return out[:, :, None]
-        return grouped_attention(q, self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end], mask)
+        """q [bs, heads, L, D], queries at positions offset..offset+L-1 (their K/V already written),
+        causal: query l sees cached positions 0..offset+l. A frame is always causal, so `mask` must
+        be None. -> [bs, heads, L, D]."""
+        if mask is not None:
+            raise ValueError("FrameKVCache.attend: the frame's queries are causal by position; pass mask=None")
+        bs, num_heads, length, head_dim = q.shape
+        scale = head_dim ** -0.5
+        if length == 1:
+            lengths = self.length_table[self.offset].expand(bs)  # [bs], stride 0: no launch
+            return slot_decode_attention(q[:, :, 0], self.k[layer_idx], self.v[layer_idx], self.rows, lengths,
+                                         scale)[:, :, None]
+        if length == 2 and self.offset == 0:
+            # the frame's first step: query 0 sees key 0 alone, a softmax over one key, so its output is
+            # v0 exactly; query 1 is a one-query step of length 2. Stacked as [bs, 2, heads, D] (the
+            # layout o_proj reads: no copy after), returned as the [bs, heads, 2, D] view.
+            num_kv = self.v.shape[2]
+            groups = num_heads // num_kv
+            v0 = self.v[layer_idx, :, :, 0, None].expand(bs, num_kv, groups, head_dim)
+            out1 = slot_decode_attention(q[:, :, 1], self.k[layer_idx], self.v[layer_idx], self.rows,
+                                         self.length_table[1].expand(bs), scale)
+            out = torch.stack((v0, out1.view(bs, num_kv, groups, head_dim)), dim=1)
+            return out.view(bs, 2, num_heads, head_dim).transpose(1, 2)
+        end = self.offset + length
+        return grouped_attention(q, self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end],
+                                 causal_mask(self.offset, length, q.device))

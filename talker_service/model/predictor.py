@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from talker_service.model.config import CodePredictorConfig
-from talker_service.model.kv_cache import FrameKVCache, causal_mask
-from talker_service.model.layers import DecoderStack, fold_gqa_mask, rope_tables
+from talker_service.model.kv_cache import FrameKVCache
+from talker_service.model.layers import DecoderStack, rope_tables
 from kernels.hash_noise import token_hashes
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
@@ -44,7 +44,6 @@ class CodePredictor(nn.Module):
         self._token_hashes: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None   # arange(16): the frame cache's position table
         self._lengths: torch.Tensor | None = None     # arange(1, 17): its length table
-        self._first_mask: torch.Tensor | None = None  # the first step's causal mask, GQA-folded
 
     def init_runtime(self) -> None:
         """Build derived tables on the module's device/dtype (call after loading weights)."""
@@ -53,13 +52,10 @@ class CodePredictor(nn.Module):
                                  weight.dtype, weight.device)
         self._token_hashes = token_hashes(self.lm_head[0].weight.shape[0], weight.device)
         # every frame's constants, built here once instead of inside the (launch-bound) frame step:
-        # the cache's position table and the first step's mask (2 queries at positions 0, 1) as
-        # every layer's attention would fold it
+        # the cache's position and length tables (the frame cache attends causally, no mask)
         cfg = self.config
         self._positions = torch.arange(cfg.num_code_groups, device=weight.device)
         self._lengths = self._positions + 1
-        groups = cfg.num_attention_heads // cfg.num_key_value_heads
-        self._first_mask = fold_gqa_mask(causal_mask(0, 2, weight.device), groups, 2)
         self.model.fuse_projections()
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
@@ -78,7 +74,6 @@ class CodePredictor(nn.Module):
         cache = FrameKVCache(cfg.num_hidden_layers, bs, cfg.num_key_value_heads, cfg.num_code_groups, cfg.head_dim,
                              dtype, past_hidden.device, self._positions, self._lengths)
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
-        mask = self._first_mask
         codes, all_logits = [], []
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group
@@ -86,7 +81,7 @@ class CodePredictor(nn.Module):
             cache.offset = start
             cos = cos_table[start:start + length].expand(bs, length, -1)
             sin = sin_table[start:start + length].expand(bs, length, -1)
-            hidden = self.model.run(x, cos, sin, cache, mask)[:, -1]  # [bs, Hp]
+            hidden = self.model.run(x, cos, sin, cache, None)[:, -1]  # [bs, Hp]: causal by position
             logits = self.lm_head[group - 1](hidden).float()  # [bs, vocab]
             code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
             codes.append(code)
@@ -95,6 +90,5 @@ class CodePredictor(nn.Module):
             if group < cfg.num_residual_groups:
                 # codebook `group` is embedded by table group-1 and fed at position group+1
                 x = self.small_to_mtp_projection(self.model.codec_embedding[group - 1](code))[:, None]
-                mask = None  # one query at the newest position sees every cached key
         codes = torch.stack(codes, dim=1)
         return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes
