@@ -1,0 +1,74 @@
+"""CausalConv1d's GEMM paths against F.conv1d: the edge recompute of a long streaming input (the first
+context_len outputs, one GEMM over unfolded taps) and a conv to a single output channel (tap sums,
+then a shifted sum), offline and streamed in chunks over the slot's stored tail."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vocoder_service.codec.convs import CausalConv1d
+from vocoder_service.codec.stream_state import StepState
+
+
+def _conv(in_channels, out_channels, dilation, seed=0):
+    torch.manual_seed(seed)
+    conv = CausalConv1d(in_channels, out_channels, 7, dilation=dilation, samples_per_frame=4)
+    conv.state_key = "conv"
+    return conv
+
+
+def _offline(conv, x):
+    d = conv.conv.dilation[0]
+    return F.conv1d(F.pad(x, (conv.context_len, 0)), conv.conv.weight, conv.conv.bias, dilation=d)
+
+
+@pytest.mark.parametrize("out_channels, dilation", [(1, 1), (1, 3), (5, 1), (5, 9)])
+def test_offline_equals_conv1d(out_channels, dilation):
+    conv = _conv(12, out_channels, dilation)
+    x = torch.randn(3, 12, 90)
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x), _offline(conv, x), atol=2e-6, rtol=1e-5)
+        # the bias left to the consumer
+        want = _offline(conv, x) - conv.conv.bias[None, :, None]
+        torch.testing.assert_close(conv(x, add_bias=False), want, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dilation", [1, 3, 9])
+def test_edge_conv_equals_conv1d_over_the_edge(dilation):
+    conv = _conv(12, 5, dilation)
+    edge = torch.randn(4, 12, 2 * conv.context_len)
+    with torch.no_grad():
+        got = conv._edge_conv(edge, conv.conv.bias)
+        want = F.conv1d(edge, conv.conv.weight, conv.conv.bias, dilation=dilation)
+    assert got.shape == want.shape == (4, 5, conv.context_len)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("out_channels, dilation", [(1, 1), (1, 9), (5, 3)])
+def test_streamed_chunks_equal_offline(out_channels, dilation):
+    """Chunks of 1..8 frames (4 samples each: shorter and longer than the context) through the slot
+    state; rows of a batch at different valid lengths keep their own tails."""
+    conv = _conv(6, out_channels, dilation)
+    total = 30
+    x = torch.randn(2, 6, total * 4)
+    pools = {"conv": torch.zeros(3, 6, conv.context_len)}
+    slots = torch.tensor([2, 0])
+    pieces, pos = [], 0
+    with torch.no_grad():
+        for frames in (1, 2, 8, 3, 5, 1, 7, 3):
+            state = StepState(pools, slots, torch.tensor([frames, frames]), torch.tensor([pos, pos]))
+            pieces.append(conv(x[..., pos * 4:(pos + frames) * 4], state))
+            pos += frames
+        assert pos == total
+        torch.testing.assert_close(torch.cat(pieces, dim=-1), _offline(conv, x), atol=5e-6, rtol=1e-5)
+
+
+def test_single_output_bf16_stays_within_bf16_rounding():
+    conv = _conv(96, 1, 1)
+    x = torch.randn(2, 96, 400)
+    with torch.no_grad():
+        want = _offline(conv, x)
+        got = conv.to(torch.bfloat16)(x.bfloat16()).float()
+    # the tap sums are rounded to bf16 before the shifted sum: a few bf16 ulps of the largest tap sum
+    assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
