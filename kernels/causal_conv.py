@@ -14,8 +14,7 @@ Routing, in order:
 3. CPU tensors -> reference, unless QWEN3_TTS_CONV_CPU_TRITON=1 asks for the Triton path (tests, with
    TRITON_INTERPRET=1 set before triton is imported);
 4. dtype other than fp32/bf16/fp16 -> reference;
-5. QWEN3_TTS_CONV_TRITON is not "1" and the caller did not prefer the kernel -> reference (the
-   default, see above; the decoder prefers it for its one-output-channel conv, where cuDNN is slow);
+5. QWEN3_TTS_CONV_TRITON is not "1" -> reference (the default, see above);
 6. a Triton failure was recorded earlier -> reference; otherwise the launcher (a failure there is
    logged once, remembered, and the reference answers; see kernels/triton_route.py).
 """
@@ -51,11 +50,11 @@ def _check_args(x, weight_kco, dilation, tail, bias) -> None:
         raise ValueError(f"causal_conv1d: bias must be [{weight_kco.shape[1]}], got {tuple(bias.shape)}")
 
 
-def _wants_triton(x, weight_kco, tail, bias, prefer_kernel: bool = False) -> bool:
+def _wants_triton(x, weight_kco, tail, bias) -> bool:
     tensors = [t for t in (x, weight_kco, tail, bias) if t is not None]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    if x.dtype not in _TRITON_DTYPES or weight_kco.dtype != x.dtype or not (kernel_enabled() or prefer_kernel):
+    if x.dtype not in _TRITON_DTYPES or weight_kco.dtype != x.dtype or not kernel_enabled():
         return False
     return _route.allows(x)
 
@@ -71,16 +70,12 @@ def causal_conv1d(
     dilation: int = 1,
     tail: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-    prefer_kernel: bool = False,
 ) -> torch.Tensor:
     """conv1d([tail ++ x], W, dilation): x [B, C_in, T], weight_kco [K, C_out, C_in] (weight_tap_major),
     tail [B, C_in, (K-1)*dilation] or None (zeros: a sequence's start), bias [C_out] or None
-    -> [B, C_out, T].
-
-    prefer_kernel: take the kernel for this call even without QWEN3_TTS_CONV_TRITON=1, for the shapes
-    where it beats cuDNN (a conv to one output channel; rules 1-4 and 6 still apply)."""
+    -> [B, C_out, T]."""
     if torch.compiler.is_compiling():
         return causal_conv1d_reference(x, weight_kco, dilation, tail, bias)
     _check_args(x, weight_kco, dilation, tail, bias)
     return _route.run((x, weight_kco, dilation, tail, bias), causal_conv1d_reference,
-                      wanted=_wants_triton(x, weight_kco, tail, bias, prefer_kernel))
+                      wanted=_wants_triton(x, weight_kco, tail, bias))

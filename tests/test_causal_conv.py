@@ -162,27 +162,6 @@ def test_kernel_is_opt_in_and_forced_cpu_path_calls_launcher(fresh_dispatcher):
     assert launcher.num_calls == 1
 
 
-def test_prefer_kernel_takes_the_launcher_without_the_opt_in(fresh_dispatcher):
-    launcher = use_launcher(fresh_dispatcher, causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a) + 1))
-    args = _small()
-    assert torch.equal(causal_conv.causal_conv1d(*args, prefer_kernel=True), causal_conv1d_reference(*args) + 1)
-    assert launcher.num_calls == 1
-
-
-def test_decoder_prefers_the_kernel_for_its_single_output_conv_only(fresh_dispatcher):
-    """CausalConv1d to one output channel asks for the kernel (cuDNN is slow there); a conv to
-    several channels keeps cuDNN unless QWEN3_TTS_CONV_TRITON=1."""
-    from vocoder_service.codec.convs import CausalConv1d
-
-    launcher = use_launcher(fresh_dispatcher, causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a)))
-    x = torch.randn(2, 6, 30)
-    with torch.no_grad():
-        CausalConv1d(6, 1, 7, dilation=3)(x)
-        assert launcher.num_calls == 1
-        CausalConv1d(6, 4, 7, dilation=3)(x)
-        assert launcher.num_calls == 1
-
-
 def test_grad_path_uses_reference(fresh_dispatcher):
     launcher = use_launcher(_enabled(fresh_dispatcher), causal_conv, CountingLauncher(lambda *a: causal_conv1d_reference(*a) + 1))
     x, w, d, tail, bias = _small()

@@ -1,7 +1,6 @@
-"""CausalConv1d's paths against F.conv1d, offline and streamed in chunks over the slot's stored tail:
-the edge recompute of a long streaming input (the first context_len outputs, one GEMM over unfolded
-taps) and a conv to a single output channel (the causal conv kernel's dispatcher; on CPU its
-reference; the kernel itself is tested in test_causal_conv.py)."""
+"""CausalConv1d's GEMM paths against F.conv1d: the edge recompute of a long streaming input (the first
+context_len outputs, one GEMM over unfolded taps) and a conv to a single output channel (tap sums,
+then a shifted sum), offline and streamed in chunks over the slot's stored tail."""
 from __future__ import annotations
 
 import pytest
@@ -71,5 +70,5 @@ def test_single_output_bf16_stays_within_bf16_rounding():
     with torch.no_grad():
         want = _offline(conv, x)
         got = conv.to(torch.bfloat16)(x.bfloat16()).float()
-    # bf16 inputs and weights, one rounding of the output
+    # the tap sums are rounded to bf16 before the shifted sum: a few bf16 ulps of the largest tap sum
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
