@@ -56,8 +56,6 @@ class CausalConv1d(nn.Module):
                 tail = state.context(self.state_key)  # [B, C_in, context_len]
                 self._advance(state, tail, x)
             return conv_kernels.causal_conv1d(x, self._tap_major_weight(), self.conv.dilation[0], tail, bias)
-        if self.conv.out_channels == 1 and self.conv.groups == 1:
-            return self._single_output(x, state, bias)
         if state is None:
             full = F.pad(x, (self.context_len, 0))
             return self._conv(full, bias)
@@ -92,30 +90,6 @@ class CausalConv1d(nn.Module):
         cols = cols.permute(0, 2, 1, 3).reshape(batch * ctx, channels * taps)
         out = F.linear(cols, conv.weight.reshape(conv.out_channels, channels * taps), bias)  # [B * ctx, C_out]
         return out.view(batch, ctx, conv.out_channels).transpose(1, 2)
-
-    def _single_output(self, x: torch.Tensor, state: StepState | None, bias: torch.Tensor | None) -> torch.Tensor:
-        """A conv to one channel (the decoder's last, 96 -> 1 at 24 kHz) as every tap's channel sum
-        (one batched GEMM [K, C_in] x [C_in, T], reading x once) and a K-term shifted sum of those rows:
-        y[t] = sum_i z[i, t + i * dilation] over z of [tail ++ x]. cuDNN took 1.34 ms per batch-64 x
-        25-frame step for it (7x one read of x; H100 profile). The shifted sum is a strided view of
-        z summed in fp32 and rounded once. -> [B, 1, T]."""
-        conv = self.conv
-        weight_kc = conv.weight[0].t()                      # [K, C_in]
-        z = torch.matmul(weight_kc, x)                      # [B, K, T]
-        if state is None:
-            z = F.pad(z, (self.context_len, 0))             # zeros before the sequence: the offline padding
-        else:
-            tail = state.context(self.state_key)            # [B, C_in, context_len]
-            self._advance(state, tail, x)
-            z = torch.cat([torch.matmul(weight_kc, tail), z], dim=-1)
-        batch, taps, length = z.shape
-        num_samples = length - self.context_len
-        # (b, t, i) -> z[b, i, t + i * dilation]
-        shifted = z.as_strided((batch, num_samples, taps), (taps * length, 1, length + conv.dilation[0]))
-        y = shifted.sum(-1)
-        if bias is not None:
-            y = y + bias
-        return y[:, None]
 
     def _advance(self, state: StepState, tail: torch.Tensor, x: torch.Tensor) -> None:
         """Store the slot's next tail from [tail ++ x] (built only when x is shorter than the tail)."""
