@@ -73,8 +73,9 @@ def eager_ops(decoder, batch: int, context_len: int, prompt_len: int) -> str:
 
 
 def print_entry(entry: dict) -> None:
-    print(f"batch {entry['batch']}: replay {entry['replay_ms_median']:.3f} ms, kernels {entry['kernel_ms_per_replay']:.3f} ms "
-          f"in {entry['kernels_per_replay']:.0f} launches, gaps {entry['gap_ms_per_replay']:.3f} ms")
+    print(f"batch {entry['batch']}: replay {entry['replay_ms_median']:.3f} ms, "
+          f"kernels {entry['kernel_ms_per_replay']:.3f} ms in {entry['kernels_per_replay']:.0f} launches, "
+          f"gaps {entry['gap_ms_per_replay']:.3f} ms")
     for k in entry["top_kernels"]:
         print(f"  {k['ms_per_call']:8.3f} ms {k['launches_per_call']:7.1f}x  {k['kernel'][:110]}")
 

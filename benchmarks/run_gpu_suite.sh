@@ -8,6 +8,8 @@
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
 #   conv                     the decoder's causal convs, cuDNN vs the Triton kernel (benchmarks/bench_causal_conv.py)
+#   conv-layouts             the decoder's convs on cuDNN as [B, C, T] vs time-major channels-last views,
+#                            heuristic vs timed algorithm picks (benchmarks/bench_conv_layouts.py)
 #   decoder-profile          top kernels and top ATen ops of eager vocoder steps (PROFILE_SHAPES, 64x25)
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
@@ -190,6 +192,8 @@ for w in $which; do
       done ;;
     conv)   # the decoder's causal convs: cuDNN against the Triton kernel, with a tile sweep
       python3 benchmarks/bench_causal_conv.py --out "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" ;;
+    conv-layouts)   # whether time-major activations can drop cuDNN's layout transposes (issue #12)
+      python3 benchmarks/bench_conv_layouts.py --out "$OUT/conv-layouts.json" 2>&1 | tee "$OUT/conv-layouts.log" ;;
     decoder-profile)   # where one eager batch x frames step spends GPU time, by kernel and by ATen op
       for shape in ${PROFILE_SHAPES:-64x25}; do
         python3 benchmarks/profile_decoder.py --batch "${shape%x*}" --frames "${shape#*x}" --cudnn-benchmark 0 \

@@ -177,8 +177,9 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
                                  block_n: Optional[int] = None, num_splits: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
-    0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two >= 16) and `num_splits` (>= 1) override the
-    heuristics (tests, tuning); by default a CPU (interpreter) launch does not split."""
+    0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
+    >= 16) and `num_splits` (>= 1) override the heuristics (tests, tuning); by default a CPU
+    (interpreter) launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")

@@ -78,8 +78,9 @@ class CausalConv1d(nn.Module):
     def _edge_conv(self, edge: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The first context_len outputs from edge = [tail ++ x[:context_len]] as one GEMM over the
         unfolded taps ([B * ctx, C_in * K] x [C_in * K, C_out]). cuDNN's pick for this short input was
-        a generic implicit GEMM: 1.17 ms per batch-64 step for the 768-channel d9 unit's 54 outputs
-        (~10x its FLOPs; H100 graph profile); the GEMM is tens of microseconds. Grouped convs keep cuDNN."""
+        a generic implicit GEMM: 1.17 ms per batch-64 x 25-frame step for the 768-channel d9 unit's 54
+        outputs (H100 graph profile). With the GEMM that kernel is gone, and the service decoded 4% more
+        audio at 64 streams on the same machine. Grouped convs keep cuDNN."""
         conv = self.conv
         if conv.groups != 1:
             return self._conv(edge, bias)
