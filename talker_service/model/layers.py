@@ -20,6 +20,7 @@ from kernels.add_rmsnorm import add_rms_norm
 from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_write_kv
 from kernels.rmsnorm import rms_norm
 from kernels.silu_mul import silu_mul
+from kernels.small_m_linear import linear
 from talker_service.model.config import DecoderStackConfig
 
 
@@ -142,7 +143,7 @@ class Attention(nn.Module):
         if self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return F.linear(x, *self._qkv).split((q_size, kv_size, kv_size), dim=-1)
+        return linear(x, *self._qkv).split((q_size, kv_size, kv_size), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore,
                 mask: torch.Tensor | None) -> torch.Tensor:
@@ -164,7 +165,8 @@ class Attention(nn.Module):
             q, k = qk_norm_rope(q, k, *norm_args)
             k_all, v_all = kv.update(self.layer_idx, k, v.transpose(1, 2))
             out = grouped_attention(q, k_all, v_all, mask)  # [B, H, L, D]
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
+        out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
+        return linear(out, self.o_proj.weight, self.o_proj.bias)
 
 
 class SwiGLU(nn.Module):
@@ -182,7 +184,7 @@ class SwiGLU(nn.Module):
         if self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         # one GEMM for gate and up, one launch for silu(gate) * up (kernels/silu_mul.py)
-        return self.down_proj(silu_mul(F.linear(x, *self._gate_up)))
+        return linear(silu_mul(linear(x, *self._gate_up)), self.down_proj.weight, self.down_proj.bias)
 
 
 class DecoderLayer(nn.Module):

@@ -1,0 +1,250 @@
+"""The few-row linear: Triton kernel (CPU interpreter) vs F.linear, the `linear` dispatcher's routing
+(opt-in, row limit, compile/grad/CPU fallbacks), and an sm_90 compile of the GPU variant.
+
+Kernel launches happen in one child process started with TRITON_INTERPRET=1 and
+QWEN3_TTS_LINEAR_CPU_TRITON=1 (`python tests/test_small_m_linear.py --child DIR`); comparisons happen
+here. Tolerances: fp32 against fp64 F.linear, 1e-5 relative to the row's sum of |x||w| (the order of
+summation differs); bf16/fp16 against fp64 F.linear of the same inputs, half an ulp of the output
+plus that fp32 term (the kernel sums in fp32 and rounds once).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# triton_support first: it puts the repo root on sys.path for the kernels imports below
+from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_kernel, child_main,
+                            compile_for_hopper, fresh_route, run_interpreter_child, save_child_results,
+                            skip_if_interpreting, use_launcher)
+from kernels import small_m_linear
+from kernels.small_m_linear import linear
+
+HALF_ULP = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+# (M, N, K, bias, dtype, kwargs): 1, 3, 5, 8 and 16 rows; N not a multiple of any tile; K not a
+# power of two (96, 80) and K past one slice (8200: the slice loop runs twice); x with a row stride
+# other than K; block_n and num_warps overridden
+CASES = {
+    "fp32-m1": (1, 37, 64, True, torch.float32, {}),
+    "fp32-m2-k8200": (2, 5, 8200, True, torch.float32, {}),
+    "fp32-m8-k96": (8, 20, 96, False, torch.float32, {}),
+    "bf16-m1": (1, 50, 128, True, torch.bfloat16, {}),
+    "bf16-m5-bn4": (5, 33, 80, True, torch.bfloat16, {"block_n": 4}),
+    "fp16-m16": (16, 24, 64, False, torch.float16, {"num_warps": 2}),
+    "bf16-m3-strided": (3, 40, 64, True, torch.bfloat16, {}),
+}
+
+
+def _make(name, seed):
+    m, n, k, with_bias, dtype, kwargs = CASES[name]
+    gen = torch.Generator().manual_seed(seed)
+    if name.endswith("strided"):   # x as the first K columns of a wider buffer: row stride != K
+        x = torch.randn(m, k + 16, generator=gen).to(dtype)[:, :k]
+    else:
+        x = torch.randn(m, k, generator=gen).to(dtype)
+    weight = (torch.randn(n, k, generator=gen) / k ** 0.5).to(dtype)
+    bias = torch.randn(n, generator=gen).to(dtype) if with_bias else None
+    return {"x": x, "weight": weight, "bias": bias, "kwargs": kwargs}
+
+
+def _cases():
+    return {name: _make(name, seed) for seed, name in enumerate(CASES)}
+
+
+def _assert_close(y, case):
+    x, weight, bias = case["x"], case["weight"], case["bias"]
+    truth = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    assert y.shape == truth.shape and y.dtype == x.dtype and y.is_contiguous()
+    magnitude = (x.double().abs() @ weight.double().abs().T)          # sum of |x||w| per output
+    bound = HALF_ULP[x.dtype] * truth.abs() + 1e-5 * magnitude + 1e-7
+    if x.dtype == torch.float32:
+        bound = 1e-5 * (magnitude + truth.abs()) + 1e-7
+    assert bool(((y.double() - truth).abs() <= bound).all()), (y.double() - truth).abs().max().item()
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("small_m_linear_interp")
+    torch.save(_cases(), work_dir / "cases.pt")
+    info = run_interpreter_child(__file__, work_dir, small_m_linear.CPU_TRITON_ENV, timeout=300)
+    return torch.load(work_dir / "cases.pt"), torch.load(work_dir / "outputs.pt"), info
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_matches_fp64_linear(interpreted, name):
+    cases, outputs, info = interpreted
+    assert info["is_interpreting"]
+    _assert_close(outputs[f"kernel/{name}"], cases[name])
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if not c[5]])
+def test_dispatcher_uses_the_kernel_when_asked(interpreted, name):
+    _, outputs, info = interpreted
+    assert_dispatch_equals_kernel(info, outputs, name)
+    launching = {op: n for op, n in info["triton_path_op_counts"].items() if op not in ("aten.view", "aten.reshape")}
+    assert launching == {"qwen3tts.small_m_linear": 1}   # one op, no GEMM beside it (views are metadata)
+
+
+def test_three_dim_input_keeps_its_shape(interpreted):
+    _, outputs, _ = interpreted
+    got = outputs["dispatch/3d"]
+    assert got.shape == (1, 1, 50)
+    assert torch.equal(got[0], outputs["kernel/bf16-m1"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing (in-process, stand-in launchers)
+
+
+@pytest.fixture
+def fresh_dispatcher(monkeypatch):
+    fresh = fresh_route(monkeypatch, small_m_linear)
+    fresh.delenv(small_m_linear.ENABLE_ENV, raising=False)
+    return fresh
+
+
+def _stand_in(fresh):
+    fresh.setenv(small_m_linear.ENABLE_ENV, "1")
+    return use_launcher(fresh, small_m_linear, CountingLauncher(lambda x, w, b: F.linear(x, w, b) + 1))
+
+
+def test_off_by_default_is_plain_linear(fresh_dispatcher):
+    case = _make("fp32-m1", 0)
+    with OpCounter() as counter:
+        y = linear(case["x"], case["weight"], case["bias"])
+    assert torch.equal(y, F.linear(case["x"], case["weight"], case["bias"]))
+    assert "qwen3tts.small_m_linear" not in counter.counts
+
+
+def test_asked_for_takes_the_launcher_up_to_the_row_limit(fresh_dispatcher):
+    launcher = _stand_in(fresh_dispatcher)
+    weight = torch.randn(6, 8)
+    small, big = torch.randn(2, 3, 8), torch.randn(17, 8)
+    assert torch.equal(linear(small, weight), F.linear(small, weight) + 1)   # 6 rows, [2, 3, 8] kept
+    assert torch.equal(linear(big, weight), F.linear(big, weight))          # 17 rows: cuBLAS
+    assert launcher.num_calls == 1
+
+
+def test_grad_dtype_and_empty_inputs_fall_back(fresh_dispatcher):
+    launcher = _stand_in(fresh_dispatcher)
+    weight = torch.randn(6, 8, requires_grad=True)
+    x = torch.randn(1, 8)
+    y = linear(x, weight)                       # gradients wanted: F.linear, differentiable
+    y.sum().backward()
+    assert weight.grad is not None
+    with torch.no_grad():
+        assert torch.equal(linear(x.double(), weight.double()), F.linear(x.double(), weight.double()))
+        assert linear(torch.randn(0, 8), weight).shape == (0, 6)
+    assert launcher.num_calls == 0
+
+
+def test_cpu_without_the_cpu_env_never_loads_triton(fresh_dispatcher):
+    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "1")
+    fresh_dispatcher.setattr(small_m_linear._route, "get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
+    case = _make("bf16-m1", 2)
+    assert torch.equal(linear(case["x"], case["weight"], case["bias"]),
+                       F.linear(case["x"], case["weight"], case["bias"]))
+
+
+def test_model_layers_route_their_projections_through_linear(fresh_dispatcher):
+    """With the kernel asked for, a decoder layer's four projections (fused qkv, o, fused gate/up,
+    down) go through the op at batch 1; off, none do."""
+    from talker_service.model.config import DecoderStackConfig
+    from talker_service.model.layers import DecoderLayer
+
+    launcher = _stand_in(fresh_dispatcher)
+    launcher.result = lambda x, w, b: F.linear(x, w, b)
+    config = DecoderStackConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=8, vocab_size=16, num_code_groups=4,
+                                rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False)
+    layer = DecoderLayer(config, 0).eval()
+    layer.self_attn.fuse_projections()
+    layer.mlp.fuse_projections()
+
+    class _KV:
+        def update(self, layer_idx, k, v):
+            return k, v
+
+    cos, sin = torch.ones(1, 1, 8), torch.zeros(1, 1, 8)
+    with torch.no_grad():
+        on = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
+        assert launcher.num_calls == 4
+        fresh_dispatcher.delenv(small_m_linear.ENABLE_ENV)
+        off = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
+    assert launcher.num_calls == 4 and on.shape == off.shape == (1, 1, 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ahead-of-time compile for Hopper (no GPU needed)
+
+
+@pytest.mark.parametrize("dtype, block_m, block_n, block_k", [("bf16", 1, 1, 1024), ("bf16", 8, 4, 2048),
+                                                               ("fp32", 1, 8, 8192)])
+def test_kernel_compiles_for_hopper(dtype, block_m, block_n, block_k, monkeypatch):
+    from kernels import small_m_linear_triton as smt
+
+    skip_if_interpreting(smt)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    signature = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+                 "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32"}
+    constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "HAS_BIAS": True}
+    signature.update({name: "constexpr" for name in constants})
+    divisible = [i for i, name in enumerate(signature) if name.endswith("_ptr") or name.startswith("stride")]
+    kernel = compile_for_hopper(smt._small_m_linear_kernel, signature, constants, divisible, num_warps=8)
+    assert "ld.global" in kernel.asm["ptx"]
+
+
+def test_choose_blocks():
+    from kernels.small_m_linear_triton import choose_blocks
+
+    assert choose_blocks(1, 1024, 1024) == (1, 1, 1024, 4)      # predictor o/down: 1024 programs
+    assert choose_blocks(1, 12288, 2048) == (1, 8, 2048, 8)     # talker gate/up: 1536 programs
+    assert choose_blocks(8, 4096, 2048) == (8, 4, 2048, 8)
+    assert choose_blocks(1, 2048, 6144) == (1, 2, 8192, 8)      # talker down: K padded to one slice
+    assert choose_blocks(3, 10, 20000) == (4, 1, 8192, 8)       # K past one slice: the kernel loops
+
+
+def test_benchmark_smoke_runs(tmp_path):
+    """benchmarks/bench_small_m_linear.py --smoke: the interpreter, tiny shapes, results checked."""
+    import json
+    import subprocess
+    import sys
+
+    from triton_support import ROOT
+
+    out = tmp_path / "gemv_smoke.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_small_m_linear.py"), "--smoke",
+                           "--out", str(out)], cwd=str(ROOT), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    report = json.loads(out.read_text())
+    assert report["smoke"] and report["commit"] and len(report["results"]) == 4
+    assert all(row["max_rel_err"] < 1e-5 for row in report["results"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Child process body
+
+
+def _run_child(work_dir: Path) -> None:
+    import os
+
+    from kernels.small_m_linear_triton import is_interpreting, small_m_linear_triton
+
+    cases = torch.load(work_dir / "cases.pt")
+    outputs = {}
+    os.environ[small_m_linear.ENABLE_ENV] = "1"
+    for name, case in cases.items():
+        outputs[f"kernel/{name}"] = small_m_linear_triton(case["x"], case["weight"], case["bias"], **case["kwargs"])
+        if not case["kwargs"]:
+            outputs[f"dispatch/{name}"] = linear(case["x"], case["weight"], case["bias"])
+    case = cases["bf16-m1"]
+    outputs["dispatch/3d"] = linear(case["x"][None], case["weight"], case["bias"])
+    with torch.no_grad(), OpCounter() as counter:
+        linear(case["x"], case["weight"], case["bias"])
+    save_child_results(work_dir, outputs, small_m_linear, is_interpreting(), counter)
+
+
+if __name__ == "__main__":
+    child_main(_run_child)
