@@ -88,6 +88,42 @@ def test_dispatcher_uses_the_kernel_when_asked(interpreted, name):
     assert launching == {"qwen3tts.small_m_linear": 1}   # one op, no GEMM beside it (views are metadata)
 
 
+def _decoder_layer():
+    """A seeded bf16 DecoderLayer (fused projections) and one decode token's inputs."""
+    from talker_service.model.config import DecoderStackConfig
+    from talker_service.model.layers import DecoderLayer
+
+    config = DecoderStackConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=16, vocab_size=16, num_code_groups=4,
+                                rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False)
+    gen = torch.Generator().manual_seed(5)
+    layer = DecoderLayer(config, 0)
+    with torch.no_grad():
+        for param in layer.parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            param.copy_(noise / param.shape[1] ** 0.5 if param.dim() == 2 else 1.0 + 0.25 * noise)
+    layer = layer.to(torch.bfloat16).eval()
+    layer.self_attn.fuse_projections()
+    layer.mlp.fuse_projections()
+
+    class _KV:
+        def update(self, layer_idx, k, v):
+            return k, v
+
+    x = torch.randn(1, 1, 64, generator=gen).to(torch.bfloat16)
+    cos, sin = torch.ones(1, 1, 16, dtype=torch.bfloat16), torch.zeros(1, 1, 16, dtype=torch.bfloat16)
+    return layer, (x, cos, sin, _KV(), None)
+
+
+def test_decoder_layer_on_the_kernel_matches_cublas_path(interpreted):
+    """The layer's four projections on the kernel (bf16, fp32 sums, one rounding each) against the
+    F.linear path: the same layer output up to bf16 rounding of the intermediate activations."""
+    _, outputs, _ = interpreted
+    on, off = outputs["layer/on"].float(), outputs["layer/off"].float()
+    assert on.shape == off.shape == (1, 1, 64)
+    assert (on - off).abs().max().item() <= 2 ** -6 * (1 + off.abs().max().item())
+
+
 def test_three_dim_input_keeps_its_shape(interpreted):
     _, outputs, _ = interpreted
     got = outputs["dispatch/3d"]
@@ -252,6 +288,13 @@ def _run_child(work_dir: Path) -> None:
             outputs[f"dispatch/{name}"] = linear(case["x"], case["weight"], case["bias"])
     case = cases["bf16-m1"]
     outputs["dispatch/3d"] = linear(case["x"][None], case["weight"], case["bias"])
+    # a bf16 decoder layer at batch 1 (fused qkv, o, fused gate/up, down through the kernel) and off
+    layer, inputs = _decoder_layer()
+    with torch.no_grad():
+        outputs["layer/on"] = layer(*inputs)
+        os.environ[small_m_linear.ENABLE_ENV] = "0"
+        outputs["layer/off"] = layer(*inputs)
+        os.environ[small_m_linear.ENABLE_ENV] = "1"
     with torch.no_grad(), OpCounter() as counter:
         linear(case["x"], case["weight"], case["bias"])
     save_child_results(work_dir, outputs, small_m_linear, is_interpreting(), counter)
