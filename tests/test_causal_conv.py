@@ -15,8 +15,8 @@ import torch
 
 from triton_support import (CountingLauncher, assert_dispatch_equals_kernel, check_failure_logged_once_and_remembered,
                             check_import_failure_is_recorded, check_real_launch_failure_falls_back, child_main,
-                            compile_for_hopper, equal_to, forbid_triton, fresh_route, run_interpreter_child,
-                            save_child_results, skip_if_interpreting, use_launcher)
+                            compile_for_hopper, equal_to, forbid_triton, fresh_route, run_benchmark_smoke,
+                            run_interpreter_child, save_child_results, skip_if_interpreting, use_launcher)
 from kernels import causal_conv
 from kernels.causal_conv_config import ConvConfig, choose_conv_config
 from kernels.causal_conv_reference import causal_conv1d_reference, weight_tap_major
@@ -225,17 +225,7 @@ def test_kernel_compiles_for_hopper_with_tensor_cores():
 
 
 def test_benchmark_smoke_runs(tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    from triton_support import ROOT
-
-    out_path = tmp_path / "conv_smoke.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_causal_conv.py"), "--smoke",
-                           "--out", str(out_path)], cwd=str(ROOT), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    report = json.loads(out_path.read_text())
+    report = run_benchmark_smoke("bench_causal_conv.py", tmp_path / "conv_smoke.json")
     assert report["smoke"] and report["commit"] and len(report["results"]) == 2
     assert all(row["max_rel_err"] < 1e-5 for row in report["results"])
 

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 # triton_support first: it puts the repo root on sys.path for the kernels imports below
 from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_kernel, child_main,
-                            compile_for_hopper, fresh_route, run_interpreter_child, save_child_results,
-                            skip_if_interpreting, use_launcher)
+                            compile_for_hopper, fresh_route, run_benchmark_smoke, run_interpreter_child,
+                            save_child_results, skip_if_interpreting, use_launcher)
 from kernels import small_m_linear
 from kernels.small_m_linear import linear
 
@@ -255,17 +255,7 @@ def test_choose_blocks():
 
 def test_benchmark_smoke_runs(tmp_path):
     """benchmarks/bench_small_m_linear.py --smoke: the interpreter, tiny shapes, results checked."""
-    import json
-    import subprocess
-    import sys
-
-    from triton_support import ROOT
-
-    out = tmp_path / "gemv_smoke.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_small_m_linear.py"), "--smoke",
-                           "--out", str(out)], cwd=str(ROOT), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    report = json.loads(out.read_text())
+    report = run_benchmark_smoke("bench_small_m_linear.py", tmp_path / "gemv_smoke.json")
     assert report["smoke"] and report["commit"] and len(report["results"]) == 4
     assert all(row["max_rel_err"] < 1e-5 for row in report["results"])
 

@@ -57,6 +57,15 @@ def run_interpreter_child(test_file: str, work_dir: Path, cpu_env: str, timeout:
     return json.loads((work_dir / "info.json").read_text())
 
 
+def run_benchmark_smoke(script: str, out_path: Path, timeout: float = 300) -> dict:
+    """`python benchmarks/SCRIPT --smoke --out OUT_PATH` (the script sets TRITON_INTERPRET itself,
+    before triton is imported, hence a process of its own); asserts it exits 0, returns its JSON."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out_path)],
+                          cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    return json.loads(out_path.read_text())
+
+
 def save_child_results(work_dir: Path, outputs: dict, dispatcher, is_interpreting: bool,
                        counter: Optional[OpCounter] = None) -> None:
     """In the child: outputs.pt, and info.json saying whether the dispatcher took the Triton path."""
