@@ -57,11 +57,25 @@ def run_interpreter_child(test_file: str, work_dir: Path, cpu_env: str, timeout:
     return json.loads((work_dir / "info.json").read_text())
 
 
+_SMOKE_BOOT = """
+import runpy, sys
+tests_dir, script = sys.argv[1], sys.argv[2]
+sys.path.insert(0, tests_dir)
+import triton_support
+triton_support._backport_interpreter_index_fix()
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
 def run_benchmark_smoke(script: str, out_path: Path, timeout: float = 300) -> dict:
-    """`python benchmarks/SCRIPT --smoke --out OUT_PATH` (the script sets TRITON_INTERPRET itself,
-    before triton is imported, hence a process of its own); asserts it exits 0, returns its JSON."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out_path)],
-                          cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
+    """`benchmarks/SCRIPT --smoke --out OUT_PATH` in a process of its own (the interpreter must be
+    chosen before triton is imported), with the interpreter fix the kernel children get (runtime loop
+    bounds under triton < 3.7 and numpy >= 2.4); asserts it exits 0, returns its JSON."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _SMOKE_BOOT, str(Path(__file__).resolve().parent),
+                           str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out_path)],
+                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     return json.loads(out_path.read_text())
 
@@ -85,7 +99,8 @@ def _backport_interpreter_index_fix() -> None:
     bounds, as the slot attention kernel loops to each row's length) by int() of its 1-element
     array, which numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python
     scalars"; triton-lang/triton#9171). The GPU image pairs triton 3.6 with numpy 2.5, so in the
-    child only, apply the fix triton 3.7 shipped: squeeze the array first. The kernel keeps its
+    kernel children and benchmark smoke runs only, apply the fix triton 3.7 shipped: squeeze the
+    array first. The kernel keeps its
     `for` loop rather than a `while` (which the interpreter handles) because only `for` loops get
     software-pipelined K/V loads on the GPU."""
     import triton
