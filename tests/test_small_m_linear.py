@@ -117,11 +117,12 @@ def _decoder_layer():
 
 def test_decoder_layer_on_the_kernel_matches_cublas_path(interpreted):
     """The layer's four projections on the kernel (bf16, fp32 sums, one rounding each) against the
-    F.linear path: the same layer output up to bf16 rounding of the intermediate activations."""
+    F.linear path (which also sums in fp32 and rounds once)."""
     _, outputs, _ = interpreted
     on, off = outputs["layer/on"].float(), outputs["layer/off"].float()
     assert on.shape == off.shape == (1, 1, 64)
-    assert (on - off).abs().max().item() <= 2 ** -6 * (1 + off.abs().max().item())
+    # measured: equal; allow one bf16 ulp of the largest output for a BLAS that sums in another order
+    assert (on - off).abs().max().item() <= 2 ** -7 * off.abs().max().item()
 
 
 def test_three_dim_input_keeps_its_shape(interpreted):
