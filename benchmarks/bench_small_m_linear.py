@@ -1,4 +1,4 @@
-"""The talker's decode GEMMs at 1 and 8 rows: cuBLAS (F.linear, as the step runs them) against the
+"""The talker's decode GEMMs at 1, 2, 4 and 8 rows: cuBLAS (F.linear, as the step runs them) against the
 few-row Triton kernel (kernels/small_m_linear_triton.py), with a small sweep of its tiles.
 
 Each case is timed as the frame step runs it, inside a CUDA graph: REPLAYS x calls on distinct
@@ -39,7 +39,7 @@ CALLS_PER_FRAME = {"talker": 28, "predictor": 75}
 SMOKE_SHAPES = [("tiny.a", 24, 40), ("tiny.b", 7, 130)]
 SWEEP = [(1, 4), (2, 4), (4, 4), (4, 8), (8, 8), (16, 8)]   # (block_n, num_warps)
 L2_BYTES = 64 * 2**20   # more weight bytes than this per replay: H100 L2 is 50 MB, H200 the same
-ROWS = (1, 8)
+ROWS = (1, 2, 4, 8)
 REPLAYS = 20
 
 

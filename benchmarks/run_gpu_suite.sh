@@ -14,9 +14,10 @@
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
 #                            kernel time vs replay time, top kernels, ATen ops of an eager step
-#   small-m-linear           the talker's decode GEMMs at 1 and 8 rows, cuBLAS vs the few-row Triton
+#   small-m-linear           the talker's decode GEMMs at 1, 2, 4 and 8 rows, cuBLAS vs the few-row Triton
 #                            kernel (benchmarks/bench_small_m_linear.py), then the talker step at batch
-#                            1 and 8 without and with QWEN3_TTS_LINEAR_TRITON=1 (opt-in until this says so)
+#                            1 and 8 with QWEN3_TTS_LINEAR_TRITON=0 (cuBLAS) and 1 (kernel at <= 16 rows;
+#                            unset, the default, is the kernel at 1 row only)
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts

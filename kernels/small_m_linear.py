@@ -1,15 +1,17 @@
-"""Few-row linear dispatcher: `linear(x, weight, bias)` is F.linear, except that with
-QWEN3_TTS_LINEAR_TRITON=1 a call of at most MAX_ROWS rows goes to one custom op,
-qwen3tts::small_m_linear, backed by the Triton weight-stream kernel (kernels/small_m_linear_triton.py).
+"""Few-row linear dispatcher: `linear(x, weight, bias)` is F.linear, except that a CUDA call of a
+single row (by default) goes to one custom op, qwen3tts::small_m_linear, backed by the Triton
+weight-stream kernel (kernels/small_m_linear_triton.py).
 
-Opt-in until measured: the kernel exists for the talker's batch-1 and batch-8 decode GEMMs, which
-cuBLAS runs at about half the HBM bandwidth; whether it beats them on an H100/H200 is what
-`benchmarks/bench_small_m_linear.py` (suite piece `small-m-linear`) and a talker-profile with the
-variable set decide. Without it nothing changes: F.linear, the same launches.
+Why one row by default (H200, 2026-11-26, benchmarks/results/2026-11-26-*.md): at one row the
+kernel streams the talker's weights faster than cuBLAS (one frame's GEMMs 3.56 -> 2.27 ms; the
+batch-1 talker step 5.61 -> 4.29 ms), at eight rows it is twice as slow (3.06 -> 6.39 ms; step 5.60
+-> 8.96 ms). QWEN3_TTS_LINEAR_TRITON chooses otherwise: "0" never, "1" every call of at most
+MAX_ROWS rows (tuning and tests), unset or anything else the default.
 
 Routing of `linear`, in order:
-1. not asked for (QWEN3_TTS_LINEAR_TRITON != "1"), under torch.compile, autograd needing gradients,
-   no rows or more than MAX_ROWS of them, a dtype the kernel lacks, or mixed dtypes -> F.linear
+1. not asked for (QWEN3_TTS_LINEAR_TRITON="0", or by default more than AUTO_MAX_ROWS rows or a
+   tensor off CUDA), under torch.compile, autograd needing gradients, no rows or more than MAX_ROWS
+   of them, a dtype the kernel lacks, or mixed dtypes -> F.linear
    (any K works: the kernel loops over slices of the row);
 inside the op:
 2. CPU tensors -> F.linear, unless QWEN3_TTS_LINEAR_CPU_TRITON=1 asks for the Triton path (tests, with
@@ -30,6 +32,7 @@ from kernels.triton_route import TritonRoute
 CPU_TRITON_ENV = "QWEN3_TTS_LINEAR_CPU_TRITON"
 ENABLE_ENV = "QWEN3_TTS_LINEAR_TRITON"
 MAX_ROWS = 16   # kernels.small_m_linear_triton.MAX_ROWS, repeated so routing never imports triton
+AUTO_MAX_ROWS = 1  # rows the kernel takes when the variable is unset (measured faster only there)
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 _route = TritonRoute("small-M linear", "kernels.small_m_linear_triton", "small_m_linear_triton", CPU_TRITON_ENV,
@@ -38,8 +41,14 @@ triton_failure = _route.triton_failure
 reset_triton_failure = _route.reset_failure
 
 
-def kernel_enabled() -> bool:
-    return os.environ.get(ENABLE_ENV) == "1"
+def max_rows_for(x: torch.Tensor) -> int:
+    """The most rows of x that go to the kernel: 0 (off), AUTO_MAX_ROWS on CUDA, or MAX_ROWS."""
+    wanted = os.environ.get(ENABLE_ENV)
+    if wanted == "0":
+        return 0
+    if wanted == "1":
+        return MAX_ROWS
+    return AUTO_MAX_ROWS if x.is_cuda else 0
 
 
 def _reference_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -58,14 +67,17 @@ def _small_m_linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: Optional[t
 
 
 def _wants_kernel(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> bool:
-    if not kernel_enabled() or torch.compiler.is_compiling() or x.dim() == 0:
+    if torch.compiler.is_compiling() or x.dim() == 0:
+        return False
+    max_rows = max_rows_for(x)
+    if max_rows == 0:
         return False
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return False
     if x.dtype not in _TRITON_DTYPES or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         return False
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    return 1 <= rows <= MAX_ROWS and weight.dim() == 2 and weight.shape[1] == x.shape[-1]
+    return 1 <= rows <= max_rows and weight.dim() == 2 and weight.shape[1] == x.shape[-1]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:

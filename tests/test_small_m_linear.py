@@ -148,12 +148,35 @@ def _stand_in(fresh):
     return use_launcher(fresh, small_m_linear, CountingLauncher(lambda x, w, b: F.linear(x, w, b) + 1))
 
 
-def test_off_by_default_is_plain_linear(fresh_dispatcher):
+def test_off_by_default_on_cpu_is_plain_linear(fresh_dispatcher):
     case = _make("fp32-m1", 0)
     with OpCounter() as counter:
         y = linear(case["x"], case["weight"], case["bias"])
     assert torch.equal(y, F.linear(case["x"], case["weight"], case["bias"]))
     assert "qwen3tts.small_m_linear" not in counter.counts
+
+
+class _CudaLooking:
+    is_cuda = True
+
+
+@pytest.mark.parametrize("setting, cuda_rows, cpu_rows", [(None, 1, 0), ("", 1, 0), ("yes", 1, 0), ("0", 0, 0),
+                                                         ("1", 16, 16)])
+def test_row_limit_per_setting(fresh_dispatcher, setting, cuda_rows, cpu_rows):
+    """Unset (or any other value): one row, on CUDA only (the measured win); "0" never; "1" up to
+    MAX_ROWS anywhere (the op itself still keeps CPU tensors on F.linear without the CPU variable)."""
+    if setting is not None:
+        fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, setting)
+    assert small_m_linear.max_rows_for(_CudaLooking()) == cuda_rows
+    assert small_m_linear.max_rows_for(torch.zeros(1)) == cpu_rows
+
+
+def test_zero_turns_the_kernel_off(fresh_dispatcher):
+    launcher = _stand_in(fresh_dispatcher)
+    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "0")
+    x, weight = torch.randn(1, 8), torch.randn(6, 8)
+    assert torch.equal(linear(x, weight), F.linear(x, weight))
+    assert launcher.num_calls == 0
 
 
 def test_asked_for_takes_the_launcher_up_to_the_row_limit(fresh_dispatcher):
@@ -257,7 +280,7 @@ def test_choose_blocks():
 def test_benchmark_smoke_runs(tmp_path):
     """benchmarks/bench_small_m_linear.py --smoke: the interpreter, tiny shapes, results checked."""
     report = run_benchmark_smoke("bench_small_m_linear.py", tmp_path / "gemv_smoke.json")
-    assert report["smoke"] and report["commit"] and len(report["results"]) == 4
+    assert report["smoke"] and report["commit"] and len(report["results"]) == 2 * 4   # 2 shapes x 4 row counts
     assert all(row["max_rel_err"] < 1e-5 for row in report["results"])
 
 
