@@ -14,6 +14,8 @@
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
 #                            kernel time vs replay time, top kernels, ATen ops of an eager step
+#   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
+#                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   small-m-linear           the talker's decode GEMMs at 1, 2, 4 and 8 rows, cuBLAS vs the few-row Triton
 #                            kernel (benchmarks/bench_small_m_linear.py), then the talker step at batch
 #                            1 and 8 with QWEN3_TTS_LINEAR_TRITON=0 (cuBLAS) and 1 (kernel at <= 16 rows;
@@ -198,6 +200,16 @@ for w in $which; do
       python3 benchmarks/bench_causal_conv.py --out "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" ;;
     conv-layouts)   # whether time-major activations can drop cuDNN's layout transposes (issue #12)
       python3 benchmarks/bench_conv_layouts.py --out "$OUT/conv-layouts.json" 2>&1 | tee "$OUT/conv-layouts.log" ;;
+    vocoder-layouts)   # the decoder in both activation layouts (vocoder_service/codec/layout.py, issue #12):
+      # an eager 64x25 step's kernels (heuristic conv picks), then the service path at 64 streams
+      for layout in ${VOCODER_LAYOUTS:-channel-major time-major}; do
+        QWEN3_TTS_VOCODER_LAYOUT=$layout python3 benchmarks/profile_decoder.py --batch 64 --frames 25 \
+          --cudnn-benchmark 0 --out "$OUT/decoder-profile-$layout.txt" >> "$OUT/vocoder-layouts.log" 2>&1 \
+          || tail -20 "$OUT/vocoder-layouts.log"
+        QWEN3_TTS_VOCODER_LAYOUT=$layout python3 benchmarks/bench_vocoder_service.py --modes graphs \
+          --streams "${VOCODER_STREAMS:-64}" --rates-fps 0 --out "$OUT/vocoder-service-$layout.json" 2>&1 \
+          | tee -a "$OUT/vocoder-layouts.log" | grep -E "audio|first|capture" | tail -8
+      done ;;
     decoder-profile)   # where one eager batch x frames step spends GPU time, by kernel and by ATen op
       for shape in ${PROFILE_SHAPES:-64x25}; do
         python3 benchmarks/profile_decoder.py --batch "${shape%x*}" --frames "${shape#*x}" --cudnn-benchmark 0 \

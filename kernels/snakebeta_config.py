@@ -21,6 +21,9 @@ MIN_ELEMS_PER_PROGRAM = 512
 # Bytes each thread handles: 32 bytes = two 16-byte vector loads per thread.
 BYTES_PER_THREAD = 32
 MAX_NUM_WARPS = 16
+# Time-major tensors ([B, T, C] in memory): the widest channel tile. 256 bf16 channels are 512
+# contiguous bytes per time step; the decoder's 96..1536 channels take 1..6 channel tiles.
+MAX_BLOCK_C_TIME_MAJOR = 256
 # Assumed SM count when the caller does not pass one (H100 SXM: 132, H200: 132).
 DEFAULT_NUM_SMS = 132
 # Small tensors are split until the grid has this many programs per SM (or tiles hit the minimum).
@@ -52,21 +55,34 @@ def choose_config(
     num_batch: int = 1,
     is_cuda: bool = True,
     num_sms: int = DEFAULT_NUM_SMS,
+    time_major: bool = False,
 ) -> SnakeConfig:
-    """Tile shape for x of shape [num_batch, num_channels, num_samples] with `elem_bytes` per element."""
+    """Tile shape for x of shape [num_batch, num_channels, num_samples] with `elem_bytes` per element.
+
+    Channel-major x (time contiguous): long time tiles, channels fill the rest of the tile.
+    Time-major x (channels contiguous): wide channel tiles, time steps fill the rest.
+    """
     if min(num_channels, num_samples, elem_bytes, num_batch) < 1:
         raise ValueError(
             f"choose_config needs positive sizes, got C={num_channels} T={num_samples} "
             f"elem_bytes={elem_bytes} B={num_batch}"
         )
-    block_t = min(next_pow2(num_samples), MAX_BLOCK_T)
-    block_elems = max(BYTES_PER_PROGRAM // elem_bytes, block_t)
+    if time_major:
+        block_c = min(next_pow2(num_channels), MAX_BLOCK_C_TIME_MAJOR)
+        block_elems = max(BYTES_PER_PROGRAM // elem_bytes, block_c)
+    else:
+        block_t = min(next_pow2(num_samples), MAX_BLOCK_T)
+        block_elems = max(BYTES_PER_PROGRAM // elem_bytes, block_t)
     numel = num_batch * num_channels * num_samples
     # Small launches (batch-1 first chunks) are latency bound: more, smaller programs use more SMs.
     while block_elems > MIN_ELEMS_PER_PROGRAM and numel < PROGRAMS_PER_SM * num_sms * block_elems:
         block_elems //= 2
-    block_t = min(block_t, block_elems)
-    block_c = min(next_pow2(num_channels), max(1, block_elems // block_t))
+    if time_major:
+        block_c = min(block_c, block_elems)
+        block_t = min(next_pow2(num_samples), max(1, block_elems // block_c))
+    else:
+        block_t = min(block_t, block_elems)
+        block_c = min(next_pow2(num_channels), max(1, block_elems // block_t))
     tile_bytes = block_c * block_t * elem_bytes
     num_warps = max(1, min(MAX_NUM_WARPS, next_pow2(tile_bytes // (32 * BYTES_PER_THREAD))))
     return SnakeConfig(block_c=block_c, block_t=block_t, num_warps=num_warps, fast_sin=is_cuda)

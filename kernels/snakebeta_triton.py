@@ -8,6 +8,11 @@ Grid: axis 0 = tiles along time, axis 1 = tiles of channels, axis 2 = batch. Eac
 integer division, a/b are loaded once per row, and long rows (T ~ 10^5) and short rows (T = 4 in the
 first decoder stage, with C = 1536) both fill a program with BLOCK_C * BLOCK_T useful elements.
 
+x, y, the residual and the sum each take full (batch, channel, time) strides. Triton specialises
+integer arguments equal to 1, so for a channel-major tensor the unit time stride, and for a
+time-major one ([B, T, C] memory) the unit channel stride, is a compile-time constant and the loads
+vectorise along that axis; choose_config shapes the tile to match.
+
 The module reads TRITON_INTERPRET when it is imported (triton.jit picks the interpreter at
 decoration time), so tests that want the CPU interpreter must set it before the first import.
 """
@@ -43,10 +48,10 @@ def _snake_beta_kernel(
     x_ptr, a_ptr, b_ptr, y_ptr,
     bias_ptr, r_ptr, s_ptr,
     num_channels, num_samples,
-    x_stride_b, x_stride_c,
-    y_stride_b, y_stride_c,
-    r_stride_b, r_stride_c,
-    s_stride_b, s_stride_c,
+    x_stride_b, x_stride_c, x_stride_t,
+    y_stride_b, y_stride_c, y_stride_t,
+    r_stride_b, r_stride_c, r_stride_t,
+    s_stride_b, s_stride_c, s_stride_t,
     BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, FAST_SIN: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_SUM: tl.constexpr,
 ):
@@ -62,8 +67,9 @@ def _snake_beta_kernel(
     a = tl.load(a_ptr + chans, mask=chan_ok, other=0.0)[:, None]  # [BLOCK_C, 1] fp32
     b = tl.load(b_ptr + chans, mask=chan_ok, other=0.0)[:, None]
     chans64 = chans.to(tl.int64)
-    x_offs = (pid_b * x_stride_b + chans64 * x_stride_c)[:, None] + times[None, :]
-    y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + times[None, :]
+    times64 = times.to(tl.int64)  # time-major rows: t * C, and the batch offset, in 64 bits
+    x_offs = (pid_b * x_stride_b + chans64 * x_stride_c)[:, None] + (times64 * x_stride_t)[None, :]
+    y_offs = (pid_b * y_stride_b + chans64 * y_stride_c)[:, None] + (times64 * y_stride_t)[None, :]
 
     x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)
     # The decoder's conv bias and residual add ride along: one pass over the activation instead of
@@ -71,10 +77,10 @@ def _snake_beta_kernel(
     if HAS_BIAS:
         x = x + tl.load(bias_ptr + chans, mask=chan_ok, other=0.0).to(tl.float32)[:, None]
     if HAS_RESIDUAL:
-        r_offs = (pid_b * r_stride_b + chans64 * r_stride_c)[:, None] + times[None, :]
+        r_offs = (pid_b * r_stride_b + chans64 * r_stride_c)[:, None] + (times64 * r_stride_t)[None, :]
         x = x + tl.load(r_ptr + r_offs, mask=mask, other=0.0).to(tl.float32)
     if WRITE_SUM:
-        s_offs = (pid_b * s_stride_b + chans64 * s_stride_c)[:, None] + times[None, :]
+        s_offs = (pid_b * s_stride_b + chans64 * s_stride_c)[:, None] + (times64 * s_stride_t)[None, :]
         tl.store(s_ptr + s_offs, x.to(s_ptr.dtype.element_ty), mask=mask)
     z = x * a
     # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
@@ -115,19 +121,19 @@ def snake_beta_triton(
     residual: torch.Tensor | None = None,
     sum_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x: [B, C, T] (time stride 1, any batch/channel strides); alpha_exp, inv_beta: [C] fp32.
+    """x: [B, C, T], any strides (channel-major, time-major or a view); alpha_exp, inv_beta: [C] fp32.
 
-    Returns snake(x [+ bias] [+ residual]) as [B, C, T] contiguous in x's dtype (or writes into
-    `out`, which may be x itself: every element is read before it is written by the same program).
-    bias: [C] (any float dtype, contiguous); residual: x's shape and dtype, time stride 1; sum_out:
-    where to store x + bias + residual itself (the decoder's residual stream), same rules as `out`.
+    Returns snake(x [+ bias] [+ residual]) as [B, C, T] in x's dtype, dense in x's layout
+    (empty_in_layout), or writes into `out` (any strides; it may be x itself: every element is read
+    before it is written by the same program). bias: [C] (any float dtype); residual: x's shape and
+    dtype, any strides; sum_out: where to store x + bias + residual itself (the decoder's residual
+    stream), same rules as `out`.
     """
     if x.dim() != 3:
         raise ValueError(f"snake_beta_triton expects x of shape [B, C, T], got {tuple(x.shape)}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"snake_beta_triton supports {SUPPORTED_DTYPES}, got {x.dtype}")
     num_batch, num_channels, num_samples = x.shape
-    x = _time_contiguous(x)
     a = alpha_exp.to(device=x.device, dtype=torch.float32).contiguous()  # no-op when precomputed
     b = inv_beta.to(device=x.device, dtype=torch.float32).contiguous()
     out = _checked_out(out, x, "out")
@@ -135,7 +141,6 @@ def snake_beta_triton(
         if residual.shape != x.shape or residual.dtype != x.dtype:
             raise ValueError(f"residual must match x ({tuple(x.shape)}, {x.dtype}), "
                              f"got {tuple(residual.shape)}, {residual.dtype}")
-        residual = _time_contiguous(residual)
     if sum_out is not None:
         sum_out = _checked_out(sum_out, x, "sum_out")
     if bias is not None:
@@ -149,6 +154,7 @@ def snake_beta_triton(
         config = choose_config(
             num_channels, num_samples, x.element_size(), num_batch=num_batch,
             is_cuda=use_gpu, num_sms=_num_sms(x.device) if use_gpu else 1,  # interpreter: fewer programs
+            time_major=is_time_major(x),
         )
     num_c_tiles = triton.cdiv(num_channels, config.block_c)
     if num_c_tiles > _MAX_GRID_YZ:
@@ -166,10 +172,10 @@ def snake_beta_triton(
             xs, a, b, ys,
             bias if bias is not None else a, r_rows, s_rows,
             num_channels, num_samples,
-            xs.stride(0), xs.stride(1),
-            ys.stride(0), ys.stride(1),
-            r_rows.stride(0), r_rows.stride(1),
-            s_rows.stride(0), s_rows.stride(1),
+            xs.stride(0), xs.stride(1), xs.stride(2),
+            ys.stride(0), ys.stride(1), ys.stride(2),
+            r_rows.stride(0), r_rows.stride(1), r_rows.stride(2),
+            s_rows.stride(0), s_rows.stride(1), s_rows.stride(2),
             BLOCK_C=config.block_c, BLOCK_T=config.block_t, FAST_SIN=config.fast_sin,
             HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, WRITE_SUM=sum_out is not None,
             num_warps=config.num_warps,
@@ -186,21 +192,30 @@ def snake_beta_fused_triton(
     return_sum: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(snake(x + bias + residual), the sum itself or None): the dispatcher's fused entry point."""
-    sum_out = torch.empty(x.shape, device=x.device, dtype=x.dtype) if return_sum else None
+    sum_out = empty_in_layout(x) if return_sum else None
     y = snake_beta_triton(x, alpha_exp, inv_beta, bias=bias, residual=residual, sum_out=sum_out)
     return y, sum_out
 
 
-def _time_contiguous(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(2) == 1 else t.contiguous()
+def is_time_major(x: torch.Tensor) -> bool:
+    """Channels adjacent in memory ([B, T, C] storage: the vocoder's time-major decoder layout,
+    vocoder_service/codec/layout.py); one channel or one sample is both layouts and counts as not."""
+    return x.shape[1] > 1 and x.shape[2] > 1 and x.stride(1) == 1
+
+
+def empty_in_layout(x: torch.Tensor) -> torch.Tensor:
+    """Uninitialised [B, C, T] like x, dense: time-major when x is, else contiguous."""
+    if is_time_major(x):
+        return torch.empty((x.shape[0], x.shape[2], x.shape[1]), device=x.device, dtype=x.dtype).transpose(1, 2)
+    return torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
 
 def _checked_out(out: torch.Tensor | None, x: torch.Tensor, name: str) -> torch.Tensor:
     if out is None:
-        return torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    if out.shape != x.shape or out.dtype != x.dtype or out.stride(2) != 1:
+        return empty_in_layout(x)
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
         raise ValueError(
-            f"{name} must match x ({tuple(x.shape)}, {x.dtype}, time stride 1), "
-            f"got {tuple(out.shape)}, {out.dtype}, strides {out.stride()}"
+            f"{name} must match x ({tuple(x.shape)}, {x.dtype}, {x.device}), "
+            f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
         )
     return out

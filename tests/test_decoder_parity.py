@@ -28,7 +28,17 @@ def codes_and_reference(models):
     return codes, reference
 
 
-def test_decode_matches_official_unchunked_forward(models, codes_and_reference):
+@pytest.fixture(params=["channel-major", "time-major"])
+def layout(models, request):
+    """Runs a test with our decoder's conv stack in each activation layout (codec/layout.py)."""
+    _, ours = models
+    original = ours.time_major
+    ours.time_major = request.param == "time-major"
+    yield request.param
+    ours.time_major = original
+
+
+def test_decode_matches_official_unchunked_forward(models, codes_and_reference, layout):
     _, ours = models
     codes, reference = codes_and_reference
     pcm = ours.decode(codes)
@@ -120,7 +130,7 @@ def test_bf16_load_keeps_derived_tables_fp32_and_tracks_fp32():
     assert (pcm16.float() - pcm32).abs().mean().item() < 0.05
 
 
-def test_streaming_matches_official_unchunked_forward_beyond_300_frames(models):
+def test_streaming_matches_official_unchunked_forward_beyond_300_frames(models, layout):
     """The official decode() windows at 300 frames with 25 of context; we equal the true forward."""
     from vocoder_service.codec import StreamingDecoder
 

@@ -15,9 +15,13 @@ TOLERANCE = 1e-4
 FRAMES = {"a": 150, "b": 30, "c": 12, "d": 75}
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_code2wav()
+@pytest.fixture(scope="module", params=["channel-major", "time-major"])
+def model(request):
+    """The tiny decoder in each activation layout (vocoder_service/codec/layout.py): every property
+    below holds in both, the offline reference being decoded in the same layout."""
+    model = tiny_code2wav()
+    model.time_major = request.param == "time-major"
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -67,35 +67,50 @@ def _all_cases():
     return cases
 
 
-# Fused cases: (shape, dtype name, bias dtype or None, with residual, store the sum, x as a strided
-# time slice of a longer buffer like a padded conv output).
+# Fused cases: (shape, dtype name, bias dtype or None, with residual, store the sum, layout of x):
+# "dense" channel-major; "slice", a time slice of a longer buffer like a padded conv output; "tm",
+# time-major ([B, T, C] memory, the decoder's time-major layout, residual time-major too); "tm-slice",
+# a time slice of a time-major buffer.
 FUSED_CASES = [
-    ((3, 5, 1001), "fp32", torch.float32, True, True, False),
-    ((3, 5, 1001), "bf16", torch.bfloat16, True, True, True),
-    ((2, 1536, 4), "bf16", torch.bfloat16, False, False, False),
-    ((4, 7, 33), "fp16", None, True, False, True),
-    ((2, 3, 7), "fp32", torch.float32, False, True, False),
+    ((3, 5, 1001), "fp32", torch.float32, True, True, "dense"),
+    ((3, 5, 1001), "bf16", torch.bfloat16, True, True, "slice"),
+    ((2, 1536, 4), "bf16", torch.bfloat16, False, False, "dense"),
+    ((4, 7, 33), "fp16", None, True, False, "slice"),
+    ((2, 3, 7), "fp32", torch.float32, False, True, "dense"),
+    ((3, 40, 70), "fp32", torch.float32, True, True, "tm"),
+    ((2, 300, 9), "bf16", torch.bfloat16, True, True, "tm-slice"),
+    ((2, 96, 50), "bf16", None, False, True, "tm"),
 ]
 
 
 def _fused_name(case):
-    shape, dname, bias_dtype, with_res, with_sum, strided = case
+    shape, dname, bias_dtype, with_res, with_sum, layout = case
     return (f"fused-{dname}-{'x'.join(map(str, shape))}-bias{bias_dtype is not None:d}"
-            f"-res{with_res:d}-sum{with_sum:d}-strided{strided:d}")
+            f"-res{with_res:d}-sum{with_sum:d}-{layout}")
+
+
+def _time_major(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 def _fused_cases():
     cases = {}
     for i, case in enumerate(FUSED_CASES):
-        shape, dname, bias_dtype, with_res, with_sum, strided = case
+        shape, dname, bias_dtype, with_res, with_sum, layout = case
         x, a, b = _make_case(shape, DTYPES[dname], seed=200 + i)
-        if strided:  # x[..., :T] of a [B, C, T + 6] buffer, as the decoder's padded conv gives
+        if layout.endswith("slice"):  # x[..., :T] of a [B, C, T + 6] buffer, as the decoder's padded conv gives
             wide = torch.randn(shape[0], shape[1], shape[2] + 6).to(x.dtype)
+            if layout.startswith("tm"):
+                wide = _time_major(wide)
             wide[..., : shape[2]] = x
             x = wide[..., : shape[2]]
+        elif layout == "tm":
+            x = _time_major(x)
         gen = torch.Generator().manual_seed(300 + i)
         bias = (torch.randn(shape[1], generator=gen)).to(bias_dtype) if bias_dtype is not None else None
         residual = (torch.randn(shape, generator=gen) * 2).to(x.dtype) if with_res else None
+        if residual is not None and layout.startswith("tm"):
+            residual = _time_major(residual)
         cases[_fused_name(case)] = (x, a, b, bias, residual, with_sum)
     return cases
 
@@ -172,6 +187,7 @@ def test_strided_and_inplace_inputs(interpreted):
     _assert_matches_reference(outputs["strided/time_slice"], x[:, :, 5:], a, b)
     _assert_matches_reference(outputs["strided/batch_step"], x[::2], a, b)
     _assert_matches_reference(outputs["strided/transposed"], x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
+    assert outputs["strided/transposed"].transpose(1, 2).is_contiguous()  # time-major in, time-major out
     _assert_matches_reference(outputs["strided/inplace"], x, a, b)
     assert outputs["strided/inplace_is_x"]
 
@@ -183,7 +199,11 @@ def test_fused_kernel_matches_reference(interpreted, name):
     x, a, b, bias, residual, with_sum = cases[name]
     y, total = outputs[f"kernel/{name}"]
     ref_y, _ = snake_beta_fused_reference(x.float(), a, b, bias, residual.float() if residual is not None else None, True)
-    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    # dense, in x's layout: time-major x gives time-major y (and sum), anything else contiguous
+    dense_in_layout = (lambda t: t.transpose(1, 2).is_contiguous()) if name.endswith(("-tm", "-tm-slice")) \
+        else (lambda t: t.is_contiguous())
+    assert y.shape == x.shape and y.dtype == x.dtype and dense_in_layout(y)
+    assert total is None or dense_in_layout(total)
     _assert_close_to(y, ref_y)
     assert (total is not None) == with_sum
     if with_sum:
@@ -208,9 +228,10 @@ def test_fused_kernel_matches_reference(interpreted, name):
 @pytest.mark.parametrize("shape", [(64, 1536, 100), (64, 768, 800), (64, 384, 4000),
                                    (64, 192, 16000), (64, 96, 48000), (1, 1536, 8), (1, 1, 1)])
 @pytest.mark.parametrize("elem_bytes", [2, 4])
-def test_choose_config_is_valid(shape, elem_bytes):
+@pytest.mark.parametrize("time_major", [False, True])
+def test_choose_config_is_valid(shape, elem_bytes, time_major):
     num_batch, num_channels, num_samples = shape
-    cfg = choose_config(num_channels, num_samples, elem_bytes, num_batch=num_batch)
+    cfg = choose_config(num_channels, num_samples, elem_bytes, num_batch=num_batch, time_major=time_major)
     for size in (cfg.block_c, cfg.block_t, cfg.num_warps):
         assert size >= 1 and size & (size - 1) == 0, cfg
     assert cfg.block_c <= max(1, 2 * num_channels) and cfg.block_t <= max(1, 2 * num_samples)
@@ -225,6 +246,16 @@ def test_choose_config_big_tiles_for_big_tensors_small_for_small():
     small = choose_config(1536, 8, 2, num_batch=1)
     assert small.block_elems == MIN_ELEMS_PER_PROGRAM < big.block_elems, small
     assert not choose_config(96, 100, 4, is_cuda=False).fast_sin
+
+
+def test_choose_config_time_major_tiles_run_along_channels():
+    """Time-major tensors are contiguous along channels: the tile spans all of a 96..256-channel
+    stage (at most MAX_BLOCK_C_TIME_MAJOR) and fills the rest with time steps."""
+    cfg = choose_config(96, 48000, 2, num_batch=64, time_major=True)
+    assert cfg.block_c == 128 and cfg.block_t >= 16, cfg
+    wide = choose_config(1536, 100, 2, num_batch=64, time_major=True)
+    assert wide.block_c == snakebeta_config.MAX_BLOCK_C_TIME_MAJOR, wide
+    assert choose_config(96, 48000, 2, num_batch=64).block_t == snakebeta_config.MAX_BLOCK_T  # channel-major
 
 
 def test_choose_config_rejects_empty_sizes():
@@ -342,24 +373,34 @@ def test_fused_bad_arguments_raise_value_error(kwargs, match):
         snakebeta.snake_beta_fused(x, a, b, **kwargs(x))
 
 
-@pytest.mark.parametrize("dtype, fast_sin, fused", [("bf16", True, False), ("fp32", False, False), ("bf16", True, True)])
-def test_kernel_compiles_for_hopper(dtype, fast_sin, fused):
+@pytest.mark.parametrize("dtype, fast_sin, fused, time_major", [("bf16", True, False, False), ("fp32", False, False, False),
+                                                             ("bf16", True, True, False), ("bf16", True, True, True)])
+def test_kernel_compiles_for_hopper(dtype, fast_sin, fused, time_major):
     """Ahead-of-time compile to an sm_90 cubin (no GPU needed): the inline asm, the libdevice sin and
-    16-byte vector loads/stores when T is a multiple of 16, as the JIT specializes at run time; the
-    fused form (bias, residual, stored sum) loads and stores its extra operands vectorized too."""
+    16-byte vector loads/stores along the unit-stride axis (time for channel-major tensors, channels
+    for time-major ones) when the other sizes are multiples of 16, as the JIT specializes at run
+    time; the fused form (bias, residual, stored sum) loads and stores its extra operands vectorized
+    too."""
     from kernels import snakebeta_triton
 
     skip_if_interpreting(snakebeta_triton)
-    ints = ["num_channels", "num_samples", "x_stride_b", "x_stride_c", "y_stride_b", "y_stride_c",
-            "r_stride_b", "r_stride_c", "s_stride_b", "s_stride_c"]
+    unit = "c" if time_major else "t"   # the stride the JIT turns into the constant 1
+    other = "t" if time_major else "c"
     signature = {"x_ptr": f"*{dtype}", "a_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": f"*{dtype}",
                  "bias_ptr": f"*{dtype}", "r_ptr": f"*{dtype}", "s_ptr": f"*{dtype}",
-                 **{name: "i32" for name in ints},
-                 "BLOCK_C": "constexpr", "BLOCK_T": "constexpr", "FAST_SIN": "constexpr",
-                 "HAS_BIAS": "constexpr", "HAS_RESIDUAL": "constexpr", "WRITE_SUM": "constexpr"}
-    divisible = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16]  # pointers, T and the strides
-    constants = {"BLOCK_C": 4, "BLOCK_T": 2048, "FAST_SIN": fast_sin,
-                 "HAS_BIAS": fused, "HAS_RESIDUAL": fused, "WRITE_SUM": fused}
+                 "num_channels": "i32", "num_samples": "i32"}
+    for t in "xyrs":
+        signature.update({f"{t}_stride_b": "i32", f"{t}_stride_c": "i32", f"{t}_stride_t": "i32"})
+        signature[f"{t}_stride_{unit}"] = "constexpr"
+    signature.update({name: "constexpr" for name in ("BLOCK_C", "BLOCK_T", "FAST_SIN", "HAS_BIAS", "HAS_RESIDUAL",
+                                                     "WRITE_SUM")})
+    names = list(signature)
+    divisible = [names.index(n) for n in names if n.endswith("_ptr") or n.endswith("_stride_b")
+                 or n.endswith(f"_stride_{other}")]
+    divisible.append(names.index("num_channels" if time_major else "num_samples"))
+    block = {"BLOCK_C": 256, "BLOCK_T": 8} if time_major else {"BLOCK_C": 4, "BLOCK_T": 2048}
+    constants = {**block, "FAST_SIN": fast_sin, "HAS_BIAS": fused, "HAS_RESIDUAL": fused, "WRITE_SUM": fused,
+                 **{f"{t}_stride_{unit}": 1 for t in "xyrs"}}
     kernel = compile_for_hopper(snakebeta_triton._snake_beta_kernel, signature, constants, divisible, num_warps=8)
     ptx = kernel.asm["ptx"]
     assert ("sin.approx.f32" in ptx) == fast_sin

@@ -4,6 +4,10 @@ Parameter names match the official checkpoint (`<name>.conv.weight`, `<name>.con
 Whole sequence (`state=None`): left zero padding, exactly the reference's padding. Streaming:
 the zeros are replaced by the slot's stored input tail (zeros again for a fresh slot), so a
 sequence split into chunks produces the same samples as the whole sequence.
+
+Each conv follows its input's layout (codec/layout.py): a time-major input runs as conv2d on the
+channels-last view with a cached channels-last filter and gives a time-major output; a channel-major
+input takes F.conv1d as before.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import causal_conv as conv_kernels
+from vocoder_service.codec.layout import (ChannelsLastWeight, cat_time, conv1d_time_major,
+                                          conv_transpose1d_time_major, is_time_major)
 from vocoder_service.codec.stream_state import StepState
 
 
@@ -36,6 +42,7 @@ class CausalConv1d(nn.Module):
         self.state_key = ""  # set by Code2Wav to the module's qualified name
         self._weight_key: tuple | None = None  # what _weight_kco was derived from
         self._weight_kco: torch.Tensor | None = None
+        self._weight_4d = ChannelsLastWeight()  # the filter for time-major inputs
 
     def state_specs(self) -> dict[str, tuple[int, ...]]:
         if self.context_len == 0:
@@ -56,13 +63,15 @@ class CausalConv1d(nn.Module):
                 tail = state.context(self.state_key)  # [B, C_in, context_len]
                 self._advance(state, tail, x)
             return conv_kernels.causal_conv1d(x, self._tap_major_weight(), self.conv.dilation[0], tail, bias)
+        num_samples = x.shape[-1]  # static per captured (bs, t) shape, so these branches are too
         if state is None:
+            if is_time_major(x):  # F.pad would give a channel-major copy; the conv's own zeros do not
+                return self._conv(x, bias, padding=self.context_len)[..., :num_samples]
             full = F.pad(x, (self.context_len, 0))
             return self._conv(full, bias)
         tail = state.context(self.state_key)  # [B, C_in, context_len]
-        num_samples = x.shape[-1]  # static per captured (bs, t) shape, so this branch is too
         if num_samples < self.context_len:
-            full = torch.cat([tail, x], dim=-1)
+            full = cat_time([tail, x])
             state.advance(self.state_key, full, self.samples_per_frame)
             return self._conv(full, bias)
         # Long inputs (the 400 Hz .. 24 kHz stages): never materialise [tail ++ x], a full copy of
@@ -71,7 +80,7 @@ class CausalConv1d(nn.Module):
         state.advance_split(self.state_key, tail, x, self.samples_per_frame)
         out = self._conv(x, bias, padding=self.context_len)
         out = out[..., :num_samples]  # outputs of positions 0..T-1 (the right padding is dropped)
-        edge = torch.cat([tail, x[..., : self.context_len]], dim=-1)  # [B, C_in, 2 * context_len]
+        edge = torch.cat([tail, x[..., : self.context_len]], dim=-1)  # [B, C_in, 2 * context_len], small
         out[..., : self.context_len] = self._edge_conv(edge, bias)
         return out
 
@@ -95,7 +104,7 @@ class CausalConv1d(nn.Module):
     def _advance(self, state: StepState, tail: torch.Tensor, x: torch.Tensor) -> None:
         """Store the slot's next tail from [tail ++ x] (built only when x is shorter than the tail)."""
         if x.shape[-1] < self.context_len:
-            state.advance(self.state_key, torch.cat([tail, x], dim=-1), self.samples_per_frame)
+            state.advance(self.state_key, cat_time([tail, x]), self.samples_per_frame)
         else:
             state.advance_split(self.state_key, tail, x, self.samples_per_frame)
 
@@ -112,6 +121,8 @@ class CausalConv1d(nn.Module):
 
     def _conv(self, x: torch.Tensor, bias: torch.Tensor | None, padding: int = 0) -> torch.Tensor:
         conv = self.conv
+        if is_time_major(x):
+            return conv1d_time_major(x, self._weight_4d.get(conv.weight), bias, padding, conv.dilation[0], conv.groups)
         return F.conv1d(x, conv.weight, bias, padding=padding, dilation=conv.dilation, groups=conv.groups)
 
 
@@ -129,6 +140,7 @@ class CausalConvTranspose1d(nn.Module):
         self.context_len = math.ceil(kernel_size / stride) - 1
         self.samples_per_frame = samples_per_frame
         self.state_key = ""
+        self._weight_4d = ChannelsLastWeight()  # the filter for time-major inputs
 
     def state_specs(self) -> dict[str, tuple[int, ...]]:
         if self.context_len == 0:
@@ -140,10 +152,10 @@ class CausalConvTranspose1d(nn.Module):
         num_out = x.shape[-1] * self.stride
         if self.context_len == 0:
             return self._conv(x, add_bias)[..., :num_out]
-        if state is None:
-            full = F.pad(x, (self.context_len, 0))
+        if state is None:  # zeros for context, stored in x's layout (F.pad's copy is channel-major)
+            full = cat_time([x.new_zeros((x.shape[0], x.shape[1], self.context_len)), x])
         else:
-            full = torch.cat([state.context(self.state_key), x], dim=-1)
+            full = cat_time([state.context(self.state_key), x])
             state.advance(self.state_key, full, self.samples_per_frame)
         # The first context_len*stride outputs belong to frames already emitted (or to the zero
         # padding); everything after num_out is the right trim.
@@ -152,4 +164,7 @@ class CausalConvTranspose1d(nn.Module):
 
     def _conv(self, x: torch.Tensor, add_bias: bool) -> torch.Tensor:
         conv = self.conv
-        return F.conv_transpose1d(x, conv.weight, conv.bias if add_bias else None, stride=conv.stride)
+        bias = conv.bias if add_bias else None
+        if is_time_major(x):
+            return conv_transpose1d_time_major(x, self._weight_4d.get(conv.weight), bias, self.stride)
+        return F.conv_transpose1d(x, conv.weight, bias, stride=conv.stride)

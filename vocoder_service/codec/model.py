@@ -16,6 +16,7 @@ from torch import nn
 from vocoder_service.codec.blocks import ConvNeXtBlock, DecoderBlock, PendingSum, SnakeBeta
 from vocoder_service.codec.config import DecoderConfig
 from vocoder_service.codec.convs import CausalConv1d, CausalConvTranspose1d
+from vocoder_service.codec.layout import default_time_major
 from vocoder_service.codec.loading import load_code2wav
 from vocoder_service.codec.quantizer import SplitQuantizer
 from vocoder_service.codec.stream_state import StepState
@@ -33,6 +34,9 @@ class Code2Wav(nn.Module):
         self.config = config
         self.sample_rate_hz = sample_rate_hz
         self.samples_per_frame = config.samples_per_frame
+        # Storage of the conv stack's activations from the upsampler on (codec/layout.py): time-major
+        # feeds cuDNN's NHWC kernels directly; channel-major is the layout of the official code.
+        self.time_major = default_time_major()
         self.quantizer = SplitQuantizer(
             config.num_quantizers, config.codebook_size, config.quantizer_dim, config.codebook_dim
         )
@@ -78,7 +82,9 @@ class Code2Wav(nn.Module):
         # codes: [B, Q, T] int -> wav [B, 1, T * samples_per_frame], clamped to [-1, 1]
         dtype = self.pre_conv.conv.weight.dtype
         hidden = self.pre_conv(self.quantizer(codes, dtype), state)  # [B, latent, T]
-        hidden = self.pre_transformer(hidden.transpose(1, 2), state).transpose(1, 2)
+        hidden = self.pre_transformer(hidden.transpose(1, 2), state).transpose(1, 2)  # time-major view
+        if not self.time_major:
+            hidden = hidden.contiguous()  # every later op follows its input's layout
         for conv_t, convnext in self.upsample:
             hidden = convnext(conv_t(hidden, state), state)
         first = self.decoder[0]
