@@ -86,3 +86,26 @@ def choose_config(
     tile_bytes = block_c * block_t * elem_bytes
     num_warps = max(1, min(MAX_NUM_WARPS, next_pow2(tile_bytes // (32 * BYTES_PER_THREAD))))
     return SnakeConfig(block_c=block_c, block_t=block_t, num_warps=num_warps, fast_sin=is_cuda)
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    block: int  # consecutive elements of a row per program (power of two)
+    num_warps: int
+    fast_sin: bool
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_rows_config(row_numel: int, elem_bytes: int, num_batch: int = 1, is_cuda: bool = True,
+                       num_sms: int = DEFAULT_NUM_SMS) -> RowsConfig:
+    """Program size for the flat-row kernel: BYTES_PER_PROGRAM of x per program, halved (down to
+    MIN_ELEMS_PER_PROGRAM) while the grid would give fewer than PROGRAMS_PER_SM programs per SM,
+    and BYTES_PER_THREAD per thread (two 16-byte vectors)."""
+    if min(row_numel, elem_bytes, num_batch) < 1:
+        raise ValueError(f"choose_rows_config needs positive sizes, got row_numel={row_numel} "
+                         f"elem_bytes={elem_bytes} B={num_batch}")
+    block = BYTES_PER_PROGRAM // elem_bytes
+    while block > MIN_ELEMS_PER_PROGRAM and num_batch * row_numel < PROGRAMS_PER_SM * num_sms * block:
+        block //= 2
+    num_warps = max(1, min(MAX_NUM_WARPS, next_pow2(block * elem_bytes // (32 * BYTES_PER_THREAD))))
+    return RowsConfig(block=block, num_warps=num_warps, fast_sin=is_cuda)

@@ -11,7 +11,9 @@ first decoder stage, with C = 1536) both fill a program with BLOCK_C * BLOCK_T u
 x, y, the residual and the sum each take full (batch, channel, time) strides. Triton specialises
 integer arguments equal to 1, so for a channel-major tensor the unit time stride, and for a
 time-major one ([B, T, C] memory) the unit channel stride, is a compile-time constant and the loads
-vectorise along that axis; choose_config shapes the tile to match.
+vectorise along that axis; choose_config shapes the tile to match. When every operand is time-major
+with dense rows (the decoder's case) a second kernel walks each row as one flat run instead
+(_snake_beta_rows_kernel: no channel tile to pad).
 
 The module reads TRITON_INTERPRET when it is imported (triton.jit picks the interpreter at
 decoration time), so tests that want the CPU interpreter must set it before the first import.
@@ -24,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.snakebeta_config import SnakeConfig, choose_config
+from kernels.snakebeta_config import RowsConfig, SnakeConfig, choose_config, choose_rows_config
 
 # Cody-Waite: pi = _PI_A + _PI_B + _PI_C, where _PI_A (8 significant bits) and _PI_B (9 bits) are
 # short enough that k * _PI_A and k * _PI_B are exact in fp32 for |k| < 2^15, i.e. |x * a| up to
@@ -82,6 +84,43 @@ def _snake_beta_kernel(
     if WRITE_SUM:
         s_offs = (pid_b * s_stride_b + chans64 * s_stride_c)[:, None] + (times64 * s_stride_t)[None, :]
         tl.store(s_ptr + s_offs, x.to(s_ptr.dtype.element_ty), mask=mask)
+    # The cast rounds to nearest even on GPU; the interpreter truncates fp32 -> bf16 (tests allow 1 ulp).
+    tl.store(y_ptr + y_offs, _snake(x, a, b, FAST_SIN).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _snake_beta_rows_kernel(
+    x_ptr, a_ptr, b_ptr, y_ptr,
+    bias_ptr, r_ptr, s_ptr,
+    row_numel,
+    x_stride_b, y_stride_b, r_stride_b, s_stride_b,
+    NUM_CHANNELS: tl.constexpr, BLOCK: tl.constexpr, FAST_SIN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, WRITE_SUM: tl.constexpr,
+):
+    """Time-major operands whose rows are dense ([T, C] contiguous per batch item): a row is one
+    flat run of T * C elements, so a program takes BLOCK consecutive elements whatever C is (the
+    decoder's 96 channels would leave a quarter of a 128-wide channel tile idle) and finds each
+    element's channel as offset % C, a constant divisor."""
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # int32: the launcher keeps rows below 2^31 elements
+    mask = offs < row_numel
+    chans = offs % NUM_CHANNELS
+    a = tl.load(a_ptr + chans, mask=mask, other=0.0)  # fp32 tables of C entries: L1 hits
+    b = tl.load(b_ptr + chans, mask=mask, other=0.0)
+    x = tl.load(x_ptr + pid_b * x_stride_b + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x = x + tl.load(bias_ptr + chans, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x = x + tl.load(r_ptr + pid_b * r_stride_b + offs, mask=mask, other=0.0).to(tl.float32)
+    if WRITE_SUM:
+        tl.store(s_ptr + pid_b * s_stride_b + offs, x.to(s_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + pid_b * y_stride_b + offs, _snake(x, a, b, FAST_SIN).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _snake(x, a, b, FAST_SIN: tl.constexpr):
+    """x + sin(x * a)^2 * b in fp32."""
     z = x * a
     # sin^2 has period pi: reduce to [-pi/2, pi/2] so the hardware approximation stays accurate.
     k = tl.floor(z * _INV_PI + 0.5)
@@ -95,9 +134,7 @@ def _snake_beta_kernel(
         )
     else:
         s = tl.sin(r)
-    y = x + s * s * b
-    # The cast rounds to nearest even on GPU; the interpreter truncates fp32 -> bf16 (tests allow 1 ulp).
-    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    return x + s * s * b
 
 
 def is_interpreting() -> bool:
@@ -149,12 +186,18 @@ def snake_beta_triton(
         bias = bias.contiguous()
     if x.numel() == 0:
         return out
+    use_gpu = x.is_cuda and not is_interpreting()
+    num_sms = _num_sms(x.device) if use_gpu else 1  # interpreter: fewer programs
+    operands = [x, out] + [t for t in (residual, sum_out) if t is not None]
+    if config is None and all(_row_dense_time_major(t) for t in operands) and x[0].numel() < 2**31:
+        rows = choose_rows_config(num_channels * num_samples, x.element_size(), num_batch=num_batch,
+                                  is_cuda=use_gpu, num_sms=num_sms)
+        _launch_rows(x, a, b, out, bias, residual, sum_out, rows)
+        return out
     if config is None:
-        use_gpu = x.is_cuda and not is_interpreting()
         config = choose_config(
             num_channels, num_samples, x.element_size(), num_batch=num_batch,
-            is_cuda=use_gpu, num_sms=_num_sms(x.device) if use_gpu else 1,  # interpreter: fewer programs
-            time_major=is_time_major(x),
+            is_cuda=use_gpu, num_sms=num_sms, time_major=is_time_major(x),
         )
     num_c_tiles = triton.cdiv(num_channels, config.block_c)
     if num_c_tiles > _MAX_GRID_YZ:
@@ -181,6 +224,29 @@ def snake_beta_triton(
             num_warps=config.num_warps,
         )
     return out
+
+
+def _launch_rows(x, a, b, out, bias, residual, sum_out, rows: RowsConfig) -> None:
+    """The flat-row kernel over row-dense time-major operands (grid: row tiles x batch items)."""
+    rs = residual if residual is not None else x
+    ss = sum_out if sum_out is not None else out
+    row_numel = x.shape[1] * x.shape[2]
+    for b0 in range(0, x.shape[0], _MAX_GRID_YZ):
+        b1 = b0 + _MAX_GRID_YZ
+        xs, ys, r_rows, s_rows = x[b0:b1], out[b0:b1], rs[b0:b1], ss[b0:b1]
+        _snake_beta_rows_kernel[(triton.cdiv(row_numel, rows.block), xs.shape[0])](
+            xs, a, b, ys, bias if bias is not None else a, r_rows, s_rows, row_numel,
+            xs.stride(0), ys.stride(0), r_rows.stride(0), s_rows.stride(0),
+            NUM_CHANNELS=x.shape[1], BLOCK=rows.block, FAST_SIN=rows.fast_sin,
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, WRITE_SUM=sum_out is not None,
+            num_warps=rows.num_warps,
+        )
+
+
+def _row_dense_time_major(t: torch.Tensor) -> bool:
+    """Time-major with each batch item's [T, C] block contiguous (a time slice of a time-major
+    buffer qualifies: only its batch stride differs)."""
+    return is_time_major(t) and t.stride(2) == t.shape[1]
 
 
 def snake_beta_fused_triton(

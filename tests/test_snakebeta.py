@@ -188,6 +188,9 @@ def test_strided_and_inplace_inputs(interpreted):
     _assert_matches_reference(outputs["strided/batch_step"], x[::2], a, b)
     _assert_matches_reference(outputs["strided/transposed"], x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
     assert outputs["strided/transposed"].transpose(1, 2).is_contiguous()  # time-major in, time-major out
+    _assert_matches_reference(outputs["strided/tm_time_step"], x[:, :, ::2], a, b)
+    _assert_matches_reference(outputs["strided/tm_forced"], x, a, b)
+    assert outputs["strided/tm_forced"].transpose(1, 2).is_contiguous()
     _assert_matches_reference(outputs["strided/inplace"], x, a, b)
     assert outputs["strided/inplace_is_x"]
 
@@ -256,6 +259,36 @@ def test_choose_config_time_major_tiles_run_along_channels():
     wide = choose_config(1536, 100, 2, num_batch=64, time_major=True)
     assert wide.block_c == snakebeta_config.MAX_BLOCK_C_TIME_MAJOR, wide
     assert choose_config(96, 48000, 2, num_batch=64).block_t == snakebeta_config.MAX_BLOCK_T  # channel-major
+
+
+def test_choose_rows_config_spreads_small_rows_and_fills_big_ones():
+    big = snakebeta_config.choose_rows_config(96 * 48000, 2, num_batch=64)
+    assert big.block * 2 == snakebeta_config.BYTES_PER_PROGRAM and big.num_warps == 8 and big.fast_sin
+    small = snakebeta_config.choose_rows_config(1536 * 4, 2, num_batch=1)
+    assert small.block == MIN_ELEMS_PER_PROGRAM
+    assert not snakebeta_config.choose_rows_config(100, 4, is_cuda=False).fast_sin
+    with pytest.raises(ValueError, match="positive sizes"):
+        snakebeta_config.choose_rows_config(0, 2)
+
+
+def test_rows_kernel_compiles_for_hopper_with_wide_loads():
+    """The flat-row kernel for the decoder's 96-channel stage (sm_90, no GPU needed): x, the
+    residual, y and the sum in 16-byte vectors, the channel index a constant-divisor remainder."""
+    from kernels import snakebeta_triton
+
+    skip_if_interpreting(snakebeta_triton)
+    signature = {"x_ptr": "*bf16", "a_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*bf16", "bias_ptr": "*bf16",
+                 "r_ptr": "*bf16", "s_ptr": "*bf16", "row_numel": "i32", "x_stride_b": "i32", "y_stride_b": "i32",
+                 "r_stride_b": "i32", "s_stride_b": "i32", "NUM_CHANNELS": "constexpr", "BLOCK": "constexpr",
+                 "FAST_SIN": "constexpr", "HAS_BIAS": "constexpr", "HAS_RESIDUAL": "constexpr",
+                 "WRITE_SUM": "constexpr"}
+    constants = {"NUM_CHANNELS": 96, "BLOCK": 4096, "FAST_SIN": True, "HAS_BIAS": True, "HAS_RESIDUAL": True,
+                 "WRITE_SUM": True}
+    divisible = list(range(12))  # pointers, the row length and the batch strides
+    ptx = compile_for_hopper(snakebeta_triton._snake_beta_rows_kernel, signature, constants, divisible,
+                             num_warps=8).asm["ptx"]
+    assert len(re.findall(r"ld\.global[^\n]*\.v4", ptx)) >= 2 and len(re.findall(r"st\.global[^\n]*\.v4", ptx)) >= 2
+    assert "sin.approx.f32" in ptx and "div.s32" not in ptx and "rem.s32" not in ptx
 
 
 def test_choose_config_rejects_empty_sizes():
@@ -451,7 +484,10 @@ def _run_child(work_dir: Path) -> None:
     x, a, b = cases["fp32-4x7x33"]
     outputs["strided/time_slice"] = snake_beta_triton(x[:, :, 5:], a, b)
     outputs["strided/batch_step"] = snake_beta_triton(x[::2], a, b)
-    outputs["strided/transposed"] = snake_beta_triton(x.transpose(1, 2).contiguous().transpose(1, 2), a, b)
+    x_tm = x.transpose(1, 2).contiguous().transpose(1, 2)
+    outputs["strided/transposed"] = snake_beta_triton(x_tm, a, b)                      # flat-row kernel
+    outputs["strided/tm_time_step"] = snake_beta_triton(x_tm[:, :, ::2], a, b)         # rows not dense: tiles
+    outputs["strided/tm_forced"] = snake_beta_triton(x_tm, a, b, config=SnakeConfig(4, 8, 1, False))
     for name, (xf, af, bf, bias, residual, with_sum) in torch.load(work_dir / "fused_cases.pt").items():
         outputs[f"kernel/{name}"] = snake_beta_fused_triton(xf, af, bf, bias, residual, with_sum)
         outputs[f"dispatch/{name}"] = snakebeta.snake_beta_fused(xf, af, bf, bias=bias, residual=residual,
