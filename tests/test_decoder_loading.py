@@ -104,6 +104,6 @@ def test_full_size_names_and_shapes_match_the_official_decoder():
     assert ours.samples_per_frame == 1920
     assert abs(ours.num_parameters() / 1e6 - 114.32) < 0.01
     specs = ours.state_specs()
-    assert specs["pre_transformer.layers.7.self_attn.k"] == (16, 71, 64)
+    assert specs["pre_transformer.layers.7.self_attn.kv"] == (32, 71, 64)
     assert specs["decoder.1.block.1"] == (1536, 1)  # the ConvT keeps one input frame
     assert specs["decoder.4.block.4.conv1"] == (96, 54)  # k7, dilation 9

@@ -24,6 +24,11 @@ class StepState:
         self.slots = slots
         self.lengths = lengths
         self.positions = positions
+        # Tail indices depend only on (samples per frame, context length, ...), not on the op: built
+        # once per step and shared. Each would otherwise cost 3-7 small launches per stateful op,
+        # about a quarter of the nodes of a batch-1, 1-frame graph (the first chunk's latency).
+        self._window_index: dict[tuple, torch.Tensor] = {}
+        self._split_index: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def context(self, key: str) -> torch.Tensor:
         """The stored tail of `key` for this batch's slots: [bs, *pool_shape]."""
@@ -39,9 +44,14 @@ class StepState:
         pool = self.pools[key]
         dim = dim % full.dim()
         context_len = pool.shape[dim]
-        start = self.lengths * samples_per_frame  # [bs]
-        tail = take_rows_window(full, start, context_len, dim)
-        pool.index_copy_(0, self.slots, tail)
+        memo = (samples_per_frame, context_len, dim, full.dim())
+        index = self._window_index.get(memo)
+        if index is None:
+            index = window_index(self.lengths * samples_per_frame, context_len, dim, full.dim())
+            self._window_index[memo] = index
+        out_shape = list(full.shape)
+        out_shape[dim] = context_len
+        pool.index_copy_(0, self.slots, torch.gather(full, dim, index.expand(out_shape)))
 
 
     def advance_split(self, key: str, tail: torch.Tensor, x: torch.Tensor, samples_per_frame: int) -> None:
@@ -52,21 +62,22 @@ class StepState:
         """
         pool = self.pools[key]
         context_len = pool.shape[-1]
-        start = self.lengths * samples_per_frame  # [bs]
-        index = start.view(-1, 1, 1) + torch.arange(context_len, device=x.device).view(1, 1, -1)
-        index = index.expand(x.shape[0], x.shape[1], context_len)  # [bs, C, context_len], full coords
-        from_x = torch.gather(x, -1, (index - context_len).clamp(min=0))
-        from_tail = torch.gather(tail, -1, index.clamp(max=context_len - 1))
-        pool.index_copy_(0, self.slots, torch.where(index >= context_len, from_x, from_tail))
+        memo = (samples_per_frame, context_len)
+        if memo not in self._split_index:
+            index = window_index(self.lengths * samples_per_frame, context_len, 2, 3)  # [bs, 1, ctx], full coords
+            self._split_index[memo] = ((index - context_len).clamp(min=0), index.clamp(max=context_len - 1),
+                                       index >= context_len)
+        in_x, in_tail, take_x = (t.expand(x.shape[0], x.shape[1], context_len) for t in self._split_index[memo])
+        from_x = torch.gather(x, -1, in_x)
+        from_tail = torch.gather(tail, -1, in_tail)
+        pool.index_copy_(0, self.slots, torch.where(take_x, from_x, from_tail))
 
 
-def take_rows_window(full: torch.Tensor, start: torch.Tensor, size: int, dim: int) -> torch.Tensor:
-    """full[b, ..., start[b] : start[b] + size, ...] for every row b, along `dim` (> 0)."""
-    index_shape = [1] * full.dim()
-    index_shape[0] = full.shape[0]
-    offsets_shape = [1] * full.dim()
+def window_index(start: torch.Tensor, size: int, dim: int, ndim: int) -> torch.Tensor:
+    """start[b] + [0, size) along `dim` (> 0) of an ndim-dim index tensor, 1 elsewhere but dim 0."""
+    index_shape = [1] * ndim
+    index_shape[0] = start.shape[0]
+    offsets_shape = [1] * ndim
     offsets_shape[dim] = size
-    index = start.view(index_shape) + torch.arange(size, device=full.device).view(offsets_shape)
-    out_shape = list(full.shape)
-    out_shape[dim] = size
-    return torch.gather(full, dim, index.expand(out_shape))
+    return start.view(index_shape) + torch.arange(size, device=start.device).view(offsets_shape)
+

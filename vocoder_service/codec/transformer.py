@@ -11,7 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.rmsnorm import rms_norm
+from kernels.silu_mul import silu_mul
 from vocoder_service.codec.config import DecoderConfig
+from vocoder_service.codec.fused_weights import ConcatLinear
 from vocoder_service.codec.precision import apply_keeping_fp32
 from vocoder_service.codec.stream_state import StepState
 
@@ -25,10 +28,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32, scale in the input dtype: the reference's rounding points.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # Normalise in fp32, scale in the input dtype: the reference's rounding points, which the
+        # kernel dispatcher keeps (one launch on CUDA instead of six).
+        return rms_norm(x, self.weight, self.eps)
 
 
 class LayerScale(nn.Module):
@@ -47,9 +49,16 @@ class Mlp(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = _ACTIVATIONS[config.hidden_act]
+        self.is_silu = config.hidden_act == "silu"
+        self._gate_up = ConcatLinear()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        # gate and up in one GEMM; silu(gate) * up in one kernel (same two roundings as eager)
+        gate_up = self._gate_up(x, [self.gate_proj, self.up_proj])
+        if self.is_silu:
+            return self.down_proj(silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -70,26 +79,27 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
         self.state_key = ""
+        self._qkv = ConcatLinear()
 
     def state_specs(self) -> dict[str, tuple[int, ...]]:
-        shape = (self.num_kv_heads, self.context_len, self.head_dim)
-        return {self.state_key + ".k": shape, self.state_key + ".v": shape}
+        # K heads then V heads in one pool: one read, one cat and one write per step instead of two
+        return {self.state_key + ".kv": (2 * self.num_kv_heads, self.context_len, self.head_dim)}
 
     def forward(self, x, cos, sin, mask, state: StepState | None = None) -> torch.Tensor:
         # x: [B, t, hidden]; cos/sin: [B|1, t, head_dim]; mask: [B|1, 1, t, S] bool (True = attend)
         bsz, num_new, _ = x.shape
-        q = self.q_proj(x).view(bsz, num_new, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(bsz, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(bsz, num_new, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        qkv = self._qkv(x, [self.q_proj, self.k_proj, self.v_proj])
+        qkv = qkv.view(bsz, num_new, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)  # [B, heads, t, D]
+        qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        qk = qk * cos + _rotate_half(qk) * sin  # RoPE on q and k heads together
+        q, k = qk[:, :heads], qk[:, heads:]
         if state is not None:
-            # K/V of the previous W-1 frames, then this chunk: [B, kv_heads, W-1+t, head_dim]
-            k = torch.cat([state.context(self.state_key + ".k"), k], dim=2)
-            v = torch.cat([state.context(self.state_key + ".v"), v], dim=2)
-            state.advance(self.state_key + ".k", k, 1, dim=2)
-            state.advance(self.state_key + ".v", v, 1, dim=2)
+            # K/V of the previous W-1 frames, then this chunk: [B, 2 * kv_heads, W-1+t, head_dim]
+            kv = torch.cat([state.context(self.state_key + ".kv"), torch.cat([k, v], dim=1)], dim=2)
+            state.advance(self.state_key + ".kv", kv, 1, dim=2)
+            k, v = kv[:, :kv_heads], kv[:, kv_heads:]
         if self.num_kv_heads != self.num_heads:
             repeats = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(repeats, dim=1)
