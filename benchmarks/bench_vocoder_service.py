@@ -64,7 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--graph-budget-mb", type=float, default=32768.0)
     p.add_argument("--first-chunk-repeats", type=int, default=50)
     # graphs+compile: which shapes replay a compiled step (vocoder_service/runtime/compile_plan.py)
-    p.add_argument("--compile-max-row-frames", type=int, default=1,
+    p.add_argument("--compile-max-row-frames", type=int, default=0,
                    help="graphs+compile: a static compile for each shape of at most this many rows x frames")
     p.add_argument("--compile-dynamic-frames", default="",
                    help="graphs+compile: comma list of frame counts whose >= 2-row shapes share one dynamic compile")

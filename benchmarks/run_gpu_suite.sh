@@ -193,7 +193,7 @@ for w in $which; do
         python3 benchmarks/bench_vocoder_service.py --modes "${VOCODER_MODES:-eager,graphs,graphs+compile}" \
           --streams "${VOCODER_STREAMS:-1,4,16,64,128}" --rates-fps "${VOCODER_RATES:-25,0}" --audio-s "${VOCODER_AUDIO_S:-10}" \
           --cudnn-benchmark-min-row-frames "$cudnn" \
-          --compile-max-row-frames "${VOCODER_COMPILE_MAX_ROW_FRAMES:-1}" \
+          --compile-max-row-frames "${VOCODER_COMPILE_MAX_ROW_FRAMES:-0}" \
           --compile-dynamic-frames "${VOCODER_COMPILE_DYNAMIC_FRAMES:-}" \
           --out "$OUT/vocoder-service$suffix.json" 2>&1 | tee "$OUT/vocoder-service$suffix.log"
       done ;;

@@ -53,8 +53,10 @@ class VocoderServiceConfig:
     capture_frame_sizes: tuple[int, ...] = ()   # empty: the chunk policy's frame buckets
     graph_memory_budget_mb: float = 0.0  # 0: what gpu_memory_fraction leaves after weights and state
     # torch.compile per captured shape (runtime/compile_plan.py): shapes of at most this many
-    # rows x frames get a static compile each; -1 auto: 1 on CUDA (a lone stream's 1-frame first
-    # chunk: 2.97 -> 1.68 ms on the H200, ~40 s of start-up on a cold cache, ~5 s warm), 0 elsewhere
+    # rows x frames get a static compile each; -1 auto: 0 everywhere. The compiled 1-frame graph
+    # once took a lone stream's first chunk from 2.97 to 1.68 ms (H200); since the decoder's plain
+    # graph lost ~30% of its launches it is 1.74 ms either way (2026-11-26), while the compile added
+    # 86 s to a cold start (120 s in all, 22 s without it).
     compile_max_row_frames: int = -1
     # steady chunk sizes whose graphs of >= 2 rows share one compile, batch dimension symbolic (25: +21%
     # per graph at batch 64 on the H200; ~3 min of cold start-up measured while it compiled twice,
@@ -150,7 +152,7 @@ class VocoderServiceConfig:
     def resolved_compile_max_row_frames(self) -> int:
         if self.compile_max_row_frames >= 0:
             return self.compile_max_row_frames
-        return 1 if self.device.startswith("cuda") else 0
+        return 0
 
     def graph_batch_sizes(self) -> list[int]:
         return sorted(set(self.capture_batch_sizes)) or batch_buckets(self.resolved_max_slots())
