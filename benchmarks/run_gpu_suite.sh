@@ -16,7 +16,7 @@
 #                            kernel time vs replay time, top kernels, ATen ops of an eager step
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
-#   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, warm, no compile
+#   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm
 #   small-m-linear           the talker's decode GEMMs at 1, 2, 4 and 8 rows, cuBLAS vs the few-row Triton
 #                            kernel (benchmarks/bench_small_m_linear.py), then the talker step at batch
 #                            1 and 8 with QWEN3_TTS_LINEAR_TRITON=0 (cuBLAS) and 1 (kernel at <= 16 rows;
@@ -213,14 +213,14 @@ for w in $which; do
       done ;;
     vocoder-startup)   # seconds from `python -m vocoder_service` (stack defaults) to graphs ready, issue #12:
       # first with empty Triton and Inductor caches (a fresh machine), then again with what the first
-      # run left, then with warm caches and no torch.compile of the 1-frame graph
+      # run left; VOCODER_STARTUP_COMPILE sets --compile-max-row-frames (default -1, auto: none)
       install_wheels; random_checkpoint
       export TRITON_CACHE_DIR=/tmp/triton-startup-cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-startup-cache
       rm -rf "$TRITON_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
-      for run in cold-caches warm-caches no-compile; do
+      for run in cold-caches warm-caches; do
         ready=/tmp/vocoder-startup.ready.json; rm -f "$ready"
         started=$(python3 -c 'import time; print(time.time())')
-        QWEN3_TTS_VOCODER_COMPILE_MAX_ROW_FRAMES=$([ $run = no-compile ] && echo 0 || echo -1) python3 -m vocoder_service --ready-file "$ready" --model "$CKPT" --device cuda --bind 'tcp://127.0.0.1:*' \
+        QWEN3_TTS_VOCODER_COMPILE_MAX_ROW_FRAMES=${VOCODER_STARTUP_COMPILE:--1} python3 -m vocoder_service --ready-file "$ready" --model "$CKPT" --device cuda --bind 'tcp://127.0.0.1:*' \
           --grpc-port 0 --gpu-memory-fraction "${VOCODER_MEMORY_FRACTION:-0.3}" > "$OUT/vocoder-startup-$run.log" 2>&1 &
         pid=$!
         if wait_ready "$ready" "$pid" 400; then
