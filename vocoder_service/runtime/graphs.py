@@ -82,6 +82,11 @@ class CapturedStep:
             with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
                 # The float32 cast is captured too: no extra launch or allocation per step.
                 self.out = self.body(self.codes, self.slots, self.lengths).float()  # [B, T*spf]
+            # One replay on the warm-up inputs (scratch rows, length 0: no state moves) now, at start:
+            # a graph's first launch also uploads it to the device, which would otherwise land on the
+            # first request of each shape.
+            self.graph.replay()
+            torch.cuda.current_stream(device).synchronize()
         self.done = torch.cuda.Event()
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
