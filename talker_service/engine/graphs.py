@@ -80,6 +80,10 @@ class CapturedDecode:
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
             self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool)
+            # one replay on those padding rows now: a graph's first launch also uploads it to the
+            # device, which would otherwise land on the first step at this batch size
+            self.graph.replay()
+            torch.cuda.current_stream().synchronize()
 
     def run(self, rows: np.ndarray) -> torch.Tensor:
         """rows int64 [4, n] (n <= batch_size) -> device codes [n, 16]."""
