@@ -80,4 +80,3 @@ def window_index(start: torch.Tensor, size: int, dim: int, ndim: int) -> torch.T
     offsets_shape = [1] * ndim
     offsets_shape[dim] = size
     return start.view(index_shape) + torch.arange(size, device=start.device).view(offsets_shape)
-
