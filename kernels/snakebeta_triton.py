@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels.snakebeta_config import RowsConfig, SnakeConfig, choose_config, choose_rows_config
+from kernels.time_major import empty_in_layout, is_time_major
 
 # Cody-Waite: pi = _PI_A + _PI_B + _PI_C, where _PI_A (8 significant bits) and _PI_B (9 bits) are
 # short enough that k * _PI_A and k * _PI_B are exact in fp32 for |k| < 2^15, i.e. |x * a| up to
@@ -261,19 +262,6 @@ def snake_beta_fused_triton(
     sum_out = empty_in_layout(x) if return_sum else None
     y = snake_beta_triton(x, alpha_exp, inv_beta, bias=bias, residual=residual, sum_out=sum_out)
     return y, sum_out
-
-
-def is_time_major(x: torch.Tensor) -> bool:
-    """Channels adjacent in memory ([B, T, C] storage: the vocoder's time-major decoder layout,
-    vocoder_service/codec/layout.py); one channel or one sample is both layouts and counts as not."""
-    return x.shape[1] > 1 and x.shape[2] > 1 and x.stride(1) == 1
-
-
-def empty_in_layout(x: torch.Tensor) -> torch.Tensor:
-    """Uninitialised [B, C, T] like x, dense: time-major when x is, else contiguous."""
-    if is_time_major(x):
-        return torch.empty((x.shape[0], x.shape[2], x.shape[1]), device=x.device, dtype=x.dtype).transpose(1, 2)
-    return torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
 
 def _checked_out(out: torch.Tensor | None, x: torch.Tensor, name: str) -> torch.Tensor:

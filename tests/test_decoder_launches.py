@@ -3,26 +3,14 @@ bound by its number of kernels): one GEMM for q/k/v and one for gate/up, the nor
 single ops, one K/V pool per layer; and the concatenated weights follow edits of the originals."""
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from test_decoder_fixtures import random_codes, single_thread, tiny_code2wav  # noqa: F401 (single_thread: autouse fixture)
+from triton_support import OpCounter
 from vocoder_service.codec import StreamingDecoder
-from vocoder_service.codec.fused_weights import ConcatLinear
-
-
-class _OpCounts(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: collections.Counter = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
+from vocoder_service.codec.derived_weights import ConcatLinear
 
 
 def test_pre_transformer_ops_per_one_frame_step():
@@ -35,7 +23,7 @@ def test_pre_transformer_ops_per_one_frame_step():
     from vocoder_service.codec.stream_state import StepState
 
     state = StepState(decoder.pools, torch.tensor([0]), torch.tensor([1]), decoder.positions[:1].clone())
-    with torch.no_grad(), _OpCounts() as ops:
+    with torch.no_grad(), OpCounter() as ops:
         model.pre_transformer(hidden, state)
     gemms = ops.counts["aten.mm"] + ops.counts["aten.addmm"]
     assert gemms == 4 * layers + 2, ops.counts            # qkv, o, gate_up, down per layer; in/out proj

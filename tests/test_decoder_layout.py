@@ -10,8 +10,8 @@ from test_decoder_fixtures import random_codes, single_thread, tiny_code2wav  # 
 from vocoder_service.codec import StreamingDecoder
 from vocoder_service.codec import layout
 from vocoder_service.codec.convs import CausalConv1d, CausalConvTranspose1d
-from vocoder_service.codec.layout import (ChannelsLastWeight, cat_time, empty_like_layout, is_time_major,
-                                          to_time_major)
+from vocoder_service.codec.derived_weights import ChannelsLastWeight
+from vocoder_service.codec.layout import cat_time, empty_in_layout, is_time_major, to_time_major
 
 
 @pytest.mark.parametrize("value, expected", [(None, layout.DEFAULT_LAYOUT == "time-major"),
@@ -40,7 +40,7 @@ def test_helpers_keep_values_and_choose_the_layout():
     tm = to_time_major(x)
     assert is_time_major(tm) and not is_time_major(x) and torch.equal(tm, x)
     assert to_time_major(tm) is tm
-    assert is_time_major(empty_like_layout(tm)) and empty_like_layout(x).is_contiguous()
+    assert is_time_major(empty_in_layout(tm)) and empty_in_layout(x).is_contiguous()
     tail = torch.randn(2, 5, 3)
     for new in (x, tm):
         joined = cat_time([tail, new])

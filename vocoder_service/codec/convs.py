@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import causal_conv as conv_kernels
-from vocoder_service.codec.layout import (ChannelsLastWeight, cat_time, conv1d_time_major,
-                                          conv_transpose1d_time_major, is_time_major)
+from vocoder_service.codec.derived_weights import ChannelsLastWeight, DerivedTensor
+from vocoder_service.codec.layout import cat_time, conv1d_time_major, conv_transpose1d_time_major, is_time_major
 from vocoder_service.codec.stream_state import StepState
 
 
@@ -40,8 +40,7 @@ class CausalConv1d(nn.Module):
         self.context_len = (kernel_size - 1) * dilation  # input samples kept per slot
         self.samples_per_frame = samples_per_frame  # input samples per code frame at this op
         self.state_key = ""  # set by Code2Wav to the module's qualified name
-        self._weight_key: tuple | None = None  # what _weight_kco was derived from
-        self._weight_kco: torch.Tensor | None = None
+        self._weight_kco = DerivedTensor(conv_kernels.weight_tap_major)  # the opt-in Triton conv's filter
         self._weight_4d = ChannelsLastWeight()  # the filter for time-major inputs
 
     def state_specs(self) -> dict[str, tuple[int, ...]]:
@@ -62,7 +61,8 @@ class CausalConv1d(nn.Module):
             if state is not None:
                 tail = state.context(self.state_key)  # [B, C_in, context_len]
                 self._advance(state, tail, x)
-            return conv_kernels.causal_conv1d(x, self._tap_major_weight(), self.conv.dilation[0], tail, bias)
+            return conv_kernels.causal_conv1d(x, self._weight_kco.get(self.conv.weight), self.conv.dilation[0], tail,
+                                              bias)
         num_samples = x.shape[-1]  # static per captured (bs, t) shape, so these branches are too
         if state is None:
             if is_time_major(x):  # F.pad would give a channel-major copy; the conv's own zeros do not
@@ -107,17 +107,6 @@ class CausalConv1d(nn.Module):
             state.advance(self.state_key, cat_time([tail, x]), self.samples_per_frame)
         else:
             state.advance_split(self.state_key, tail, x, self.samples_per_frame)
-
-    def _tap_major_weight(self) -> torch.Tensor:
-        """The weight as [K, C_out, C_in] for the conv kernel, re-derived only when the weight changes
-        (a load or an in-place edit bumps its version; .to() gives a new tensor)."""
-        weight = self.conv.weight
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        if self._weight_key != key:
-            with torch.no_grad():
-                self._weight_kco = conv_kernels.weight_tap_major(weight.detach())
-            self._weight_key = key
-        return self._weight_kco
 
     def _conv(self, x: torch.Tensor, bias: torch.Tensor | None, padding: int = 0) -> torch.Tensor:
         conv = self.conv

@@ -22,6 +22,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from kernels.time_major import empty_in_layout, is_time_major  # noqa: F401 (the layout's API, re-exported)
+
 LAYOUT_ENV = "QWEN3_TTS_VOCODER_LAYOUT"
 LAYOUTS = ("time-major", "channel-major")
 DEFAULT_LAYOUT = "time-major"
@@ -35,23 +37,9 @@ def default_time_major() -> bool:
     return value == "time-major"
 
 
-def is_time_major(x: torch.Tensor) -> bool:
-    """[B, C, T] with unit channel stride and more than one channel and sample (else both layouts
-    are the same memory and the plain path serves)."""
-    return x.dim() == 3 and x.shape[1] > 1 and x.shape[2] > 1 and x.stride(1) == 1
-
-
 def to_time_major(x: torch.Tensor) -> torch.Tensor:
     """x itself when time-major already, else a time-major copy; same logical shape."""
     return x if is_time_major(x) else x.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def empty_like_layout(x: torch.Tensor) -> torch.Tensor:
-    """Uninitialised tensor of x's shape and dtype, dense in x's layout (time-major or contiguous)."""
-    if is_time_major(x):
-        batch, channels, samples = x.shape
-        return torch.empty((batch, samples, channels), device=x.device, dtype=x.dtype).transpose(1, 2)
-    return torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
 
 def cat_time(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -62,39 +50,22 @@ def cat_time(parts: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
-class ChannelsLastWeight:
-    """A conv weight [A, B, k] as the [A, B, 1, k] channels-last filter cuDNN's NHWC kernels read
-    (a filter in the other layout is converted on every call). Re-derived only when the weight
-    changes: a load or in-place edit bumps its version, .to() gives a new tensor."""
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._value: torch.Tensor | None = None
-
-    def get(self, weight: torch.Tensor) -> torch.Tensor:
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device, tuple(weight.shape))
-        if self._key != key:
-            with torch.no_grad():
-                self._value = weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
-            self._key = key
-        return self._value
+def _channels_last_view(x: torch.Tensor) -> torch.Tensor:
+    """x [B, C, T] time-major as the [B, C, 1, T] channels-last tensor conv2d reads (a strided view,
+    e.g. a time slice, costs one same-layout copy)."""
+    x4 = x.unsqueeze(2)
+    return x4 if x4.is_contiguous(memory_format=torch.channels_last) else x4.contiguous(memory_format=torch.channels_last)
 
 
 def conv1d_time_major(x: torch.Tensor, weight_4d: torch.Tensor, bias: torch.Tensor | None, padding: int,
                       dilation: int, groups: int) -> torch.Tensor:
     """F.conv1d for a time-major x [B, C_in, T] as conv2d on its [B, C_in, 1, T] channels-last view;
     the result [B, C_out, T_out] is time-major (dense)."""
-    x4 = x.unsqueeze(2)
-    if not x4.is_contiguous(memory_format=torch.channels_last):
-        x4 = x4.contiguous(memory_format=torch.channels_last)  # a strided view: one same-layout copy
-    out = F.conv2d(x4, weight_4d, bias, padding=(0, padding), dilation=(1, dilation), groups=groups)
+    out = F.conv2d(_channels_last_view(x), weight_4d, bias, padding=(0, padding), dilation=(1, dilation), groups=groups)
     return out.squeeze(2)
 
 
 def conv_transpose1d_time_major(x: torch.Tensor, weight_4d: torch.Tensor, bias: torch.Tensor | None,
                                 stride: int) -> torch.Tensor:
     """F.conv_transpose1d for a time-major x, as conv_transpose2d on the channels-last view."""
-    x4 = x.unsqueeze(2)
-    if not x4.is_contiguous(memory_format=torch.channels_last):
-        x4 = x4.contiguous(memory_format=torch.channels_last)
-    return F.conv_transpose2d(x4, weight_4d, bias, stride=(1, stride)).squeeze(2)
+    return F.conv_transpose2d(_channels_last_view(x), weight_4d, bias, stride=(1, stride)).squeeze(2)

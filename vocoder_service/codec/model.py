@@ -16,7 +16,7 @@ from torch import nn
 from vocoder_service.codec.blocks import ConvNeXtBlock, DecoderBlock, PendingSum, SnakeBeta
 from vocoder_service.codec.config import DecoderConfig
 from vocoder_service.codec.convs import CausalConv1d, CausalConvTranspose1d
-from vocoder_service.codec.layout import default_time_major
+from vocoder_service.codec.layout import default_time_major, to_time_major
 from vocoder_service.codec.loading import load_code2wav
 from vocoder_service.codec.quantizer import SplitQuantizer
 from vocoder_service.codec.stream_state import StepState
@@ -82,9 +82,9 @@ class Code2Wav(nn.Module):
         # codes: [B, Q, T] int -> wav [B, 1, T * samples_per_frame], clamped to [-1, 1]
         dtype = self.pre_conv.conv.weight.dtype
         hidden = self.pre_conv(self.quantizer(codes, dtype), state)  # [B, latent, T]
-        hidden = self.pre_transformer(hidden.transpose(1, 2), state).transpose(1, 2)  # time-major view
-        if not self.time_major:
-            hidden = hidden.contiguous()  # every later op follows its input's layout
+        hidden = self.pre_transformer(hidden.transpose(1, 2), state).transpose(1, 2)  # [B, latent, T]
+        # every later op follows its input's layout (the transposed view is time-major already)
+        hidden = to_time_major(hidden) if self.time_major else hidden.contiguous()
         for conv_t, convnext in self.upsample:
             hidden = convnext(conv_t(hidden, state), state)
         first = self.decoder[0]

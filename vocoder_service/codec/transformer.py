@@ -14,7 +14,7 @@ from torch import nn
 from kernels.rmsnorm import rms_norm
 from kernels.silu_mul import silu_mul
 from vocoder_service.codec.config import DecoderConfig
-from vocoder_service.codec.fused_weights import ConcatLinear
+from vocoder_service.codec.derived_weights import ConcatLinear
 from vocoder_service.codec.precision import apply_keeping_fp32
 from vocoder_service.codec.stream_state import StepState
 
