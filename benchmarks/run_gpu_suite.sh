@@ -21,6 +21,8 @@
 #                            kernel (benchmarks/bench_small_m_linear.py), then the talker step at batch
 #                            1 and 8 with QWEN3_TTS_LINEAR_TRITON=0 (cuBLAS) and 1 (kernel at <= 16 rows;
 #                            unset, the default, is the kernel at 1 row only)
+#   decode-kernels           the frame step's sampling (one-launch whole-row kernel vs the sort path) and slot
+#                            attention (block / warp sweep) at batch 1, 64, 256 (benchmarks/bench_decode_kernels.py)
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
@@ -180,7 +182,7 @@ for w in $which; do
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
         tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_silu_mul.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
@@ -242,6 +244,8 @@ for w in $which; do
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;
+    decode-kernels)
+      python3 benchmarks/bench_decode_kernels.py --out "$OUT/decode-kernels.json" 2>&1 | tee "$OUT/decode-kernels.log" ;;
     small-m-linear)
       python3 benchmarks/bench_small_m_linear.py --out "$OUT/small-m-linear.json" 2>&1 | tee "$OUT/small-m-linear.log"
       for on in 0 1; do

@@ -175,11 +175,12 @@ def _num_sms(device: torch.device) -> int:
 
 def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
-                                 block_n: Optional[int] = None, num_splits: Optional[int] = None) -> torch.Tensor:
+                                 block_n: Optional[int] = None, num_splits: Optional[int] = None,
+                                 num_warps: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
     0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
-    >= 16) and `num_splits` (>= 1) override the heuristics (tests, tuning); by default a CPU
-    (interpreter) launch does not split."""
+    >= 16), `num_splits` (>= 1) and `num_warps` override the heuristics (tests, tuning); by default
+    a CPU (interpreter) launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
@@ -200,7 +201,8 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         k_cache = k_cache.contiguous()  # a copy of the whole layer; the real cache is contiguous
     if v_cache.stride(-1) != 1:
         v_cache = v_cache.contiguous()
-    default_block_n, num_warps = choose_block(head_dim, q.dtype)
+    default_block_n, default_warps = choose_block(head_dim, q.dtype)
+    num_warps = default_warps if num_warps is None else num_warps
     # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked rows
     default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))
     block_n = default_block_n if block_n is None else block_n

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import sample_rows
 from kernels.warp_pick import warp_pick
 from kernels.warp_pick_reference import sampling_temperature, warp_values_reference
 from kernels.hash_noise import row_keys
@@ -164,9 +165,12 @@ def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Ten
     """choose_tokens with the rows' noise keys [bs] precomputed (noise.group_keys) and optionally
     the vocabulary's token hashes (noise.token_hashes): same tokens, fewer launches.
 
-    Three launches per call on the GPU: the greedy argmax, the topk/sort of the RAW logits, and
-    warp_pick, which divides the K candidates by the row's temperature, masks (top-k, top-p), draws
-    the Gumbel-max pick and writes the argmax instead in rows that do not sample.
+    On the GPU it is one launch over the whole row (kernels/sample_rows.py, no sort: its thresholds
+    are found by bisection; the same tokens as the stable sort path below, the differences written
+    in kernels/sample_rows_triton.py). Elsewhere (CPU, or after a recorded Triton failure) three:
+    the greedy argmax, the topk/sort of the RAW logits, and warp_pick, which divides the K
+    candidates by the row's temperature, masks (top-k, top-p), draws the Gumbel-max pick and writes
+    the argmax instead in rows that do not sample.
 
     Sorting raw logits instead of logits / temperature (what HF and _candidates do) gives the same
     candidates in the same order, so the same tokens: an IEEE division by a positive temperature is
@@ -187,6 +191,11 @@ def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Ten
     values, and distinct bf16 values are >= 2**16 fp32 ulps apart; only codebook 0's repetition
     penalty (fp32 products and quotients) can bring a penalized logit that close to another one.
     """
+    if sample_rows.wants_triton(logits):
+        # on the GPU: argmax, temperature, both masks and the pick over the WHOLE row in one launch
+        # (kernels/sample_rows.py), instead of the float copy, argmax, sort/topk and warp_pick below;
+        # exact for any top_k, so candidate_k (a speed knob of the sort path) is not needed there
+        return sample_rows.sample_rows(logits, rows.temperature, rows.top_k, rows.top_p, rows.do_sample, keys)
     logits = logits.float()
     greedy = logits.argmax(dim=-1)
     values, token_ids = _sorted_candidates(logits, candidate_k)

@@ -1,0 +1,70 @@
+"""Whole-row sampling dispatcher: one custom op, qwen3tts::sample_rows, backed by the Triton kernel
+(kernels/sample_rows_triton.py: argmax, temperature, top-k/top-p and the seeded Gumbel-max pick over
+the whole row in one launch, no sort) where it can run and by the eager sort path elsewhere.
+
+talker_service.model.sampling.choose_tokens_keyed asks `wants_triton(logits)` and, when it says
+yes, makes this one launch instead of its three (argmax, sort or topk, warp_pick) plus the float
+copy. The op's own fallback (a Triton failure recorded during the call) is the sort over every
+token, so it is exact for any top_k, whatever candidate_k the caller runs with.
+
+Routing, in order:
+1. CPU tensors -> eager reference, unless QWEN3_TTS_SAMPLEROWS_CPU_TRITON=1 asks for the Triton path
+   (tests set it with TRITON_INTERPRET=1 before triton is imported);
+2. V outside [1, 8192], or no rows -> eager reference;
+3. a Triton failure was recorded earlier -> eager reference;
+4. otherwise the Triton launcher; a failure to import, compile or launch is logged once, remembered
+   for the life of the process, and this call and every later one use the eager reference.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels.sample_rows_reference import check_args, sample_rows_reference
+from kernels.triton_route import TritonRoute
+
+CPU_TRITON_ENV = "QWEN3_TTS_SAMPLEROWS_CPU_TRITON"
+MAX_VOCAB = 8192  # kernels.sample_rows_triton.MAX_VOCAB, repeated so routing never imports triton
+
+_route = TritonRoute("sample_rows", "kernels.sample_rows_triton", "sample_rows_triton", CPU_TRITON_ENV, __name__)
+triton_failure = _route.triton_failure
+reset_triton_failure = _route.reset_failure
+
+
+def wants_triton(logits: torch.Tensor) -> bool:
+    """Whether a call with these logits would run the kernel (CUDA or the forced CPU path, no
+    failure recorded, a vocabulary it takes)."""
+    if logits.dim() != 2 or logits.shape[0] == 0 or not 1 <= logits.shape[1] <= MAX_VOCAB:
+        return False
+    return _route.allows(logits)
+
+
+def _reference_op(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                  do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    return sample_rows_reference(logits, temperature, top_k, top_p, do_sample, keys).contiguous()
+
+
+@torch.library.custom_op("qwen3tts::sample_rows", mutates_args=())
+def sample_rows_op(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                   do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The op body: Triton or reference, always a fresh int64 [bs] tensor (what the fake promises)."""
+    return _route.run((logits, temperature, top_k, top_p, do_sample, keys), _reference_op,
+                      wanted=wants_triton(logits))
+
+
+@sample_rows_op.register_fake
+def _sample_rows_fake(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                      do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    return logits.new_empty((logits.shape[0],), dtype=torch.int64)
+
+
+def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """int64 [bs]: every row's token over its whole vocabulary -- the argmax where do_sample is False,
+    else the seeded pick from the temperature/top-k/top-p warped row (kernels/sample_rows_reference.py
+    defines it). logits [bs, V] fp32/bf16/fp16; temperature [bs] float32 (> 0 where sampling); top_k
+    [bs] int64 (0 = off); top_p [bs] float32 in (0, 1]; do_sample [bs] bool; keys [bs] int64 noise
+    keys in [0, 2**32) (a strided view is fine)."""
+    check_args(logits, temperature, top_k, top_p, do_sample, keys)
+    if logits.requires_grad and torch.is_grad_enabled():
+        logits = logits.detach()  # an index has no gradient; the op has no autograd formula
+    return sample_rows_op(logits, temperature, top_k, top_p, do_sample, keys)

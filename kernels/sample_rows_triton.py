@@ -1,0 +1,179 @@
+"""Whole-row sampling in one Triton launch: greedy argmax, temperature, top-k and top-p masks and
+the seeded Gumbel-max pick over every token of the row, with no sort.
+
+It replaces, in talker_service.model.sampling.choose_tokens_keyed, the float copy, the argmax, the
+sort (or topk) of the row and warp_pick: four launches per sampling, 16 samplings per frame. A sort
+is only needed for two thresholds, and both are found by bisection over order-preserving integer
+keys of the logits, which needs nothing but counts and sums over the row held in registers:
+
+    key(x)   = the fp32 bits of x mapped so that integer order is float order (u32 in int64 lanes)
+    greedy   = first index of the maximum (a NaN counts as the maximum, as in torch.argmax)
+    t        = do_sample ? temperature : 1;   v = x / t (IEEE div_rn, what eager torch does)
+    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (32 halvings);
+               everything below the k-th value is dropped, ties with it kept (HF)
+    top-p    = HF's "mass summed from the tail <= 1 - top_p is dropped" on the descending order
+               (value, then index): F(c) = mass of keys <= c; the largest c with F(c) <= 1 - top_p
+               (32 halvings) drops every key <= c; of the tokens tied at the next key, the later
+               ones (higher index) go while F(c) + (their count from the end) * p <= 1 - top_p;
+               never the best token
+    pick     = first maximum of v + gumbel(hash(key, token)) over the survivors (a NaN wins)
+
+The definition it matches is kernels/sample_rows_reference.py (a stable descending sort of the row,
+then warp_pick's rules). It agrees with it token for token except where the top-p tail masses,
+summed here in another order, sit within a few ulps of 1 - top_p (as warp_pick's cumsum already can),
+and on exact ties of the Gumbel score (the lower token id here, the earlier sorted candidate there).
+Against choose_tokens_keyed's unstable torch.sort, rows with EQUAL logits at the top-p boundary may
+also drop a different one of them (they share one probability): equally valid samples.
+
+One program per row, the whole row in one block (V <= MAX_VOCAB). The two bisections run only in
+rows that need them (top_k < V; top_p < 1), as scalar branches: no host sync, capturable.
+On the GPU exp is libdevice's __nv_expf and the divisions are div_rn, as in kernels/warp_pick_triton.py.
+The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from kernels.gumbel_pick_triton import _gumbel_from_bits, _mix32, _token_part
+
+MAX_VOCAB = 8192
+
+
+@triton.jit
+def _ordered_keys(x):
+    """int64 lanes in [0, 2**32): the fp32 bit pattern of x, mapped so that key order is float order."""
+    bits = x.to(tl.int32, bitcast=True)
+    flipped = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)   # negatives: larger magnitude, smaller key
+    return flipped.to(tl.int64) + 2147483648
+
+
+@triton.jit
+def _kth_largest_key(keys, ok, k):
+    """The k-th largest of keys (ok lanes only): the largest c with #(keys >= c) >= k, bit by bit."""
+    c = tl.zeros([], tl.int64)
+    for bit in tl.static_range(31, -1, -1):
+        cand = c + (1 << bit)
+        count = tl.sum((ok & (keys >= cand)).to(tl.int32), axis=0)
+        c = tl.where(count >= k, cand, c)
+    return c
+
+
+@triton.jit
+def _tail_cut_key(keys, probs, limit):
+    """The largest c with sum(probs[keys <= c]) <= limit (limit >= 0; 0 when nothing fits)."""
+    c = tl.zeros([], tl.int64)
+    for bit in tl.static_range(31, -1, -1):
+        cand = c + (1 << bit)
+        mass = tl.sum(tl.where(keys <= cand, probs, 0.0), axis=0)
+        c = tl.where(mass <= limit, cand, c)
+    return c
+
+
+@triton.jit
+def _sample_rows_kernel(
+    logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, do_sample_ptr, keys_ptr, out_ptr,
+    vocab_size, logits_row_stride, temperature_stride, top_k_stride, top_p_stride, do_sample_stride, keys_stride,
+    LIBDEVICE_EXP: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_V)
+    ok = cols < vocab_size
+    x = tl.load(logits_ptr + row * logits_row_stride + cols, mask=ok, other=float("-inf")).to(tl.float32)
+
+    # greedy: torch.argmax (first maximum; a NaN is the maximum)
+    is_nan = (x != x) & ok
+    finite_x = tl.where(is_nan | (~ok), float("-inf"), x)
+    best_x = tl.max(finite_x, axis=0)
+    first_best = tl.min(tl.where(ok & (finite_x == best_x), cols, BLOCK_V), axis=0)
+    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_V), axis=0)
+    greedy = tl.where(first_nan < BLOCK_V, first_nan, first_best)
+
+    do_sample = tl.load(do_sample_ptr + row * do_sample_stride) != 0
+    temperature = tl.where(do_sample, tl.load(temperature_ptr + row * temperature_stride), 1.0)
+    value = tl.where(ok, tl.div_rn(x, temperature), float("-inf"))
+    keys = tl.where(ok, _ordered_keys(x), -1)
+
+    # top-k on the raw order (= the scaled order), the k-th value compared after scaling, as warp_pick
+    top_k = tl.load(top_k_ptr + row * top_k_stride)
+    k = tl.where(top_k > 0, top_k, vocab_size)
+    k = tl.minimum(tl.maximum(k, 1), vocab_size)
+    if k < vocab_size:
+        kth_key = _kth_largest_key(keys, ok, k)
+        kth_x = tl.max(tl.where(ok & (keys == kth_key), x, float("-inf")), axis=0)
+        value = tl.where(value < tl.div_rn(kth_x, temperature), float("-inf"), value)
+    kept = value > float("-inf")
+
+    # top-p: softmax of the survivors, drop the tail whose mass from the end is <= 1 - top_p
+    top_p = tl.load(top_p_ptr + row * top_p_stride)
+    if top_p < 1.0:
+        limit = 1.0 - top_p
+        shifted = value - tl.max(value, axis=0)
+        if LIBDEVICE_EXP:
+            expd = libdevice.exp(shifted)
+        else:
+            expd = tl.exp(shifted)
+        expd = tl.where(kept, expd, 0.0)
+        probs = tl.div_rn(expd, tl.sum(expd, axis=0))
+        tail_keys = tl.where(kept, keys, -1)
+        cut = _tail_cut_key(tail_keys, probs, limit)
+        below = kept & (tail_keys <= cut)
+        mass_below = tl.sum(tl.where(below, probs, 0.0), axis=0)
+        # the next kept key above the cut: its tied tokens go from the last index backwards
+        next_key = tl.min(tl.where(kept & (tail_keys > cut), tail_keys, 4294967296), axis=0)
+        tied = kept & (tail_keys == next_key)
+        tie_count = tl.sum(tied.to(tl.int32), axis=0)
+        from_end = tie_count - tl.cumsum(tied.to(tl.int32), axis=0) + 1   # 1 for the last tied index
+        tie_drop = tied & (mass_below + from_end.to(tl.float32) * probs <= limit)
+        # never the best token: the first index of the largest kept key
+        best_key = tl.max(tail_keys, axis=0)
+        first = tl.min(tl.where(kept & (tail_keys == best_key), cols, BLOCK_V), axis=0)
+        drop = (below | tie_drop) & (cols != first)
+        value = tl.where(drop, float("-inf"), value)
+
+    # the Gumbel-max pick over the survivors (kernels/gumbel_pick_triton.py's noise, token = column)
+    key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
+    score = value + _gumbel_from_bits(_mix32(key ^ _token_part(cols.to(tl.int64))))
+    score_nan = (score != score) & ok
+    score = tl.where(score_nan | (~ok), float("-inf"), score)
+    best = tl.max(score, axis=0)
+    pick = tl.min(tl.where(ok & (score == best), cols, BLOCK_V), axis=0)
+    pick_nan = tl.min(tl.where(score_nan, cols, BLOCK_V), axis=0)
+    pick = tl.where(pick_nan < BLOCK_V, pick_nan, pick)
+    tl.store(out_ptr + row, tl.where(do_sample, pick, greedy).to(tl.int64))
+
+
+def is_interpreting() -> bool:
+    """True when triton.jit built the interpreter (TRITON_INTERPRET=1 at import), not a GPU kernel."""
+    return not isinstance(_sample_rows_kernel, triton.runtime.JITFunction)
+
+
+def choose_block(vocab_size: int) -> tuple[int, int]:
+    """(BLOCK_V, num_warps): the whole row in one block, ~16 lanes per thread."""
+    block_v = max(128, triton.next_power_of_2(vocab_size))
+    return block_v, min(16, max(1, block_v // 512))
+
+
+def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                       do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """int64 [bs]: each row's token (module docstring), one launch. logits [bs, V] fp32/bf16/fp16."""
+    num_rows, vocab_size = logits.shape
+    if not 1 <= vocab_size <= MAX_VOCAB:
+        raise ValueError(f"sample_rows_triton supports 1 <= V <= {MAX_VOCAB}, got V={vocab_size}")
+    out = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
+    if num_rows == 0:
+        return out
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    block_v, num_warps = choose_block(vocab_size)
+    do_sample = do_sample.view(torch.uint8)  # the same bytes (0/1) as a plain integer pointer
+    _sample_rows_kernel[(num_rows,)](
+        logits, temperature, top_k, top_p, do_sample, keys, out,
+        vocab_size, logits.stride(0), temperature.stride(0), top_k.stride(0), top_p.stride(0), do_sample.stride(0),
+        keys.stride(0),
+        LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, num_warps=num_warps,
+        enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
+    )
+    return out
