@@ -9,11 +9,11 @@ keys of the logits, which needs nothing but counts and sums over the row held in
     key(x)   = the fp32 bits of x mapped so that integer order is float order (u32 in int64 lanes)
     greedy   = first index of the maximum (a NaN counts as the maximum, as in torch.argmax)
     t        = do_sample ? temperature : 1;   v = x / t (IEEE div_rn, what eager torch does)
-    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (32 halvings);
+    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (16 rounds of 2 bits);
                everything below the k-th value is dropped, ties with it kept (HF)
     top-p    = HF's "mass summed from the tail <= 1 - top_p is dropped" on the descending order
                (value, then index): F(c) = mass of keys <= c; the largest c with F(c) <= 1 - top_p
-               (32 halvings) drops every key <= c; of the tokens tied at the next key, the later
+               (16 rounds) drops every key <= c; of the tokens tied at the next key, the later
                ones (higher index) go while F(c) + (their count from the end) * p <= 1 - top_p;
                never the best token
     pick     = first maximum of v + gumbel(hash(key, token)) over the survivors (a NaN wins)
@@ -51,24 +51,33 @@ def _ordered_keys(x):
 
 
 @triton.jit
-def _kth_largest_key(keys, ok, k):
-    """The k-th largest of keys (ok lanes only): the largest c with #(keys >= c) >= k, bit by bit."""
+def _kth_largest_key(keys, k):
+    """The k-th largest of keys (lanes outside the row hold -1): the largest c with #(keys >= c) >= k,
+    two bits per round. A round counts the three candidates c + {1, 2, 3} << shift in ONE reduction,
+    packed into 21-bit fields of an int64 (counts <= MAX_VOCAB < 2**21): 16 rounds of one reduction
+    instead of 32 (the rounds are latency-bound, a batch-1 step runs 16 of these kernels)."""
     c = tl.zeros([], tl.int64)
-    for bit in tl.static_range(31, -1, -1):
-        cand = c + (1 << bit)
-        count = tl.sum((ok & (keys >= cand)).to(tl.int32), axis=0)
-        c = tl.where(count >= k, cand, c)
+    for shift in tl.static_range(30, -1, -2):
+        packed = ((keys >= c + (1 << shift)).to(tl.int64) + ((keys >= c + (2 << shift)).to(tl.int64) << 21)
+                  + ((keys >= c + (3 << shift)).to(tl.int64) << 42))
+        total = tl.sum(packed, axis=0)
+        digit = (((total & 0x1FFFFF) >= k).to(tl.int64) + (((total >> 21) & 0x1FFFFF) >= k).to(tl.int64)
+                 + ((total >> 42) >= k).to(tl.int64))   # counts fall with the candidate: how many reach k
+        c = c + (digit << shift)
     return c
 
 
 @triton.jit
 def _tail_cut_key(keys, probs, limit):
-    """The largest c with sum(probs[keys <= c]) <= limit (limit >= 0; 0 when nothing fits)."""
+    """The largest c with sum(probs[keys <= c]) <= limit (limit >= 0; 0 when nothing fits), two bits
+    per round: the masses of c + {1, 2, 3} << shift come out of one [BLOCK, 4] reduction."""
     c = tl.zeros([], tl.int64)
-    for bit in tl.static_range(31, -1, -1):
-        cand = c + (1 << bit)
-        mass = tl.sum(tl.where(keys <= cand, probs, 0.0), axis=0)
-        c = tl.where(mass <= limit, cand, c)
+    j = tl.arange(0, 4).to(tl.int64)
+    for shift in tl.static_range(30, -1, -2):
+        cand = c + (j << shift)                                              # [4]; j = 0 is c itself
+        mass = tl.sum(tl.where(keys[:, None] <= cand[None, :], probs[:, None], 0.0), axis=0)   # [4]
+        digit = tl.sum(((mass <= limit) & (j > 0)).to(tl.int64), axis=0)   # masses rise with the candidate
+        c = c + (digit << shift)
     return c
 
 
@@ -101,7 +110,7 @@ def _sample_rows_kernel(
     k = tl.where(top_k > 0, top_k, vocab_size)
     k = tl.minimum(tl.maximum(k, 1), vocab_size)
     if k < vocab_size:
-        kth_key = _kth_largest_key(keys, ok, k)
+        kth_key = _kth_largest_key(keys, k)
         kth_x = tl.max(tl.where(ok & (keys == kth_key), x, float("-inf")), axis=0)
         value = tl.where(value < tl.div_rn(kth_x, temperature), float("-inf"), value)
     kept = value > float("-inf")

@@ -45,6 +45,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_SPLITS = 16
 MIN_SPLIT_POSITIONS = 256  # a split covers at least this many positions of a full-length row
+SHORT_CACHE_POSITIONS = 16  # caches this short (the code predictor's frame) run one tile on 2 warps
 _LOG2E = 1.4426950408889634
 _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 
@@ -202,8 +203,12 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
     if v_cache.stride(-1) != 1:
         v_cache = v_cache.contiguous()
     default_block_n, default_warps = choose_block(head_dim, q.dtype)
+    # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked
+    # rows, and 2 warps: one tile has too little work for 4 (H200, batch 256: 8.8 vs 11.0 us a call,
+    # batch 64: 3.6 vs 4.1, batch 1: 2.6 vs 2.5; benchmarks/bench_decode_kernels.py)
+    if num_positions <= SHORT_CACHE_POSITIONS:
+        default_warps = 2
     num_warps = default_warps if num_warps is None else num_warps
-    # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked rows
     default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))
     block_n = default_block_n if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):

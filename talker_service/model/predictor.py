@@ -15,6 +15,7 @@ from talker_service.model.config import CodePredictorConfig
 from talker_service.model.kv_cache import FrameKVCache
 from talker_service.model.layers import DecoderStack, rope_tables
 from kernels.hash_noise import token_hashes
+from kernels.small_m_linear import linear
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
 
 
@@ -58,6 +59,12 @@ class CodePredictor(nn.Module):
         self._lengths = self._positions + 1
         self.model.fuse_projections()
 
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """small_to_mtp_projection through kernels.small_m_linear (a batch-1 step's one-row GEMVs
+        there, not cuBLAS's ~12 us bias GEMM); the identity where the widths match (0.6B)."""
+        proj = self.small_to_mtp_projection
+        return linear(x, proj.weight, proj.bias) if isinstance(proj, nn.Linear) else x
+
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
                       keys: torch.Tensor, candidate_k: int | None = None, return_logits: bool = False):
         """past_hidden, c0_embeds [bs, H_talker] -> codes int64 [bs, 15] (codebooks 1..15); keys
@@ -73,7 +80,7 @@ class CodePredictor(nn.Module):
         dtype = self.lm_head[0].weight.dtype
         cache = FrameKVCache(cfg.num_hidden_layers, bs, cfg.num_key_value_heads, cfg.num_code_groups, cfg.head_dim,
                              dtype, past_hidden.device, self._positions, self._lengths)
-        x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
+        x = self._project(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
         codes, all_logits = [], []
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group
@@ -82,13 +89,13 @@ class CodePredictor(nn.Module):
             cos = cos_table[start:start + length].expand(bs, length, -1)
             sin = sin_table[start:start + length].expand(bs, length, -1)
             hidden = self.model.run(x, cos, sin, cache, None)[:, -1]  # [bs, Hp]: causal by position
-            logits = self.lm_head[group - 1](hidden).float()  # [bs, vocab]
+            logits = linear(hidden, self.lm_head[group - 1].weight).float()  # [bs, vocab]
             code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
             codes.append(code)
             if return_logits:
                 all_logits.append(logits)
             if group < cfg.num_residual_groups:
                 # codebook `group` is embedded by table group-1 and fed at position group+1
-                x = self.small_to_mtp_projection(self.model.codec_embedding[group - 1](code))[:, None]
+                x = self._project(self.model.codec_embedding[group - 1](code))[:, None]
         codes = torch.stack(codes, dim=1)
         return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.small_m_linear import linear
 from talker_service.model.config import TalkerConfig
 from talker_service.model.kv_cache import SlotChunkView, SlotDecodeView, SlotKVCache, SlotPrefillView, causal_mask
 from talker_service.model.layers import DecoderStack, rope_tables
@@ -43,7 +44,8 @@ class TextProjection(nn.Module):
         self.linear_fc2 = nn.Linear(text_hidden_size, hidden_size, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+        fc1, fc2 = self.linear_fc1, self.linear_fc2
+        return linear(F.silu(linear(x, fc1.weight, fc1.bias)), fc2.weight, fc2.bias)
 
 
 class TalkerModel(nn.Module):
@@ -135,7 +137,7 @@ class TalkerModel(nn.Module):
     # ---- talker forward ------------------------------------------------------------------
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.codec_head(hidden).float()
+        return linear(hidden, self.codec_head.weight).float()
 
     def prefill(self, embeds: torch.Tensor, slot: int, start_position: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """embeds [L, H] at positions start..start+L-1 of `slot` -> (hidden [H] post-norm, logits [vocab]) of the last."""
