@@ -9,11 +9,11 @@ keys of the logits, which needs nothing but counts and sums over the row held in
     key(x)   = the fp32 bits of x mapped so that integer order is float order (u32 in int64 lanes)
     greedy   = first index of the maximum (a NaN counts as the maximum, as in torch.argmax)
     t        = do_sample ? temperature : 1;   v = x / t (IEEE div_rn, what eager torch does)
-    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (16 rounds of 2 bits);
+    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (32 halvings);
                everything below the k-th value is dropped, ties with it kept (HF)
     top-p    = HF's "mass summed from the tail <= 1 - top_p is dropped" on the descending order
                (value, then index): F(c) = mass of keys <= c; the largest c with F(c) <= 1 - top_p
-               (16 rounds) drops every key <= c; of the tokens tied at the next key, the later
+               (32 halvings) drops every key <= c; of the tokens tied at the next key, the later
                ones (higher index) go while F(c) + (their count from the end) * p <= 1 - top_p;
                never the best token
     pick     = first maximum of v + gumbel(hash(key, token)) over the survivors (a NaN wins)
@@ -44,40 +44,35 @@ MAX_VOCAB = 8192
 
 @triton.jit
 def _ordered_keys(x):
-    """int64 lanes in [0, 2**32): the fp32 bit pattern of x, mapped so that key order is float order."""
+    """uint32: the fp32 bit pattern of x, mapped so that unsigned key order is float order."""
     bits = x.to(tl.int32, bitcast=True)
     flipped = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)   # negatives: larger magnitude, smaller key
-    return flipped.to(tl.int64) + 2147483648
+    return (flipped ^ (-2147483648)).to(tl.uint32, bitcast=True)   # flip the sign bit: signed -> unsigned order
 
 
 @triton.jit
-def _kth_largest_key(keys, k):
-    """The k-th largest of keys (lanes outside the row hold -1): the largest c with #(keys >= c) >= k,
-    two bits per round. A round counts the three candidates c + {1, 2, 3} << shift in ONE reduction,
-    packed into 21-bit fields of an int64 (counts <= MAX_VOCAB < 2**21): 16 rounds of one reduction
-    instead of 32 (the rounds are latency-bound, a batch-1 step runs 16 of these kernels)."""
-    c = tl.zeros([], tl.int64)
-    for shift in tl.static_range(30, -1, -2):
-        packed = ((keys >= c + (1 << shift)).to(tl.int64) + ((keys >= c + (2 << shift)).to(tl.int64) << 21)
-                  + ((keys >= c + (3 << shift)).to(tl.int64) << 42))
-        total = tl.sum(packed, axis=0)
-        digit = (((total & 0x1FFFFF) >= k).to(tl.int64) + (((total >> 21) & 0x1FFFFF) >= k).to(tl.int64)
-                 + ((total >> 42) >= k).to(tl.int64))   # counts fall with the candidate: how many reach k
-        c = c + (digit << shift)
+def _kth_largest_key(keys, ok, k):
+    """The k-th largest of keys[ok]: the largest c with #(keys >= c) >= k, built bit by bit.
+    32-bit lanes throughout (an int64 version, or one counting three candidates per round in packed
+    int64 fields, ran slower on the H200: the per-lane work, not the reductions, sets the pace)."""
+    one = tl.full([], 1, tl.uint32)
+    c = tl.zeros([], tl.uint32)
+    for bit in tl.static_range(31, -1, -1):
+        cand = c | (one << bit)
+        count = tl.sum((ok & (keys >= cand)).to(tl.int32), axis=0)
+        c = tl.where(count >= k, cand, c)
     return c
 
 
 @triton.jit
-def _tail_cut_key(keys, probs, limit):
-    """The largest c with sum(probs[keys <= c]) <= limit (limit >= 0; 0 when nothing fits), two bits
-    per round: the masses of c + {1, 2, 3} << shift come out of one [BLOCK, 4] reduction."""
-    c = tl.zeros([], tl.int64)
-    j = tl.arange(0, 4).to(tl.int64)
-    for shift in tl.static_range(30, -1, -2):
-        cand = c + (j << shift)                                              # [4]; j = 0 is c itself
-        mass = tl.sum(tl.where(keys[:, None] <= cand[None, :], probs[:, None], 0.0), axis=0)   # [4]
-        digit = tl.sum(((mass <= limit) & (j > 0)).to(tl.int64), axis=0)   # masses rise with the candidate
-        c = c + (digit << shift)
+def _tail_cut_key(keys, kept, probs, limit):
+    """The largest c with sum(probs[kept & (keys <= c)]) <= limit, built bit by bit (0 when none)."""
+    one = tl.full([], 1, tl.uint32)
+    c = tl.zeros([], tl.uint32)
+    for bit in tl.static_range(31, -1, -1):
+        cand = c | (one << bit)
+        mass = tl.sum(tl.where(kept & (keys <= cand), probs, 0.0), axis=0)
+        c = tl.where(mass <= limit, cand, c)
     return c
 
 
@@ -103,14 +98,14 @@ def _sample_rows_kernel(
     do_sample = tl.load(do_sample_ptr + row * do_sample_stride) != 0
     temperature = tl.where(do_sample, tl.load(temperature_ptr + row * temperature_stride), 1.0)
     value = tl.where(ok, tl.div_rn(x, temperature), float("-inf"))
-    keys = tl.where(ok, _ordered_keys(x), -1)
+    keys = _ordered_keys(x)
 
     # top-k on the raw order (= the scaled order), the k-th value compared after scaling, as warp_pick
     top_k = tl.load(top_k_ptr + row * top_k_stride)
     k = tl.where(top_k > 0, top_k, vocab_size)
     k = tl.minimum(tl.maximum(k, 1), vocab_size)
     if k < vocab_size:
-        kth_key = _kth_largest_key(keys, k)
+        kth_key = _kth_largest_key(keys, ok, k)
         kth_x = tl.max(tl.where(ok & (keys == kth_key), x, float("-inf")), axis=0)
         value = tl.where(value < tl.div_rn(kth_x, temperature), float("-inf"), value)
     kept = value > float("-inf")
@@ -126,19 +121,19 @@ def _sample_rows_kernel(
             expd = tl.exp(shifted)
         expd = tl.where(kept, expd, 0.0)
         probs = tl.div_rn(expd, tl.sum(expd, axis=0))
-        tail_keys = tl.where(kept, keys, -1)
-        cut = _tail_cut_key(tail_keys, probs, limit)
-        below = kept & (tail_keys <= cut)
+        cut = _tail_cut_key(keys, kept, probs, limit)
+        below = kept & (keys <= cut)   # cut 0 ("nothing fits") drops nothing: key 0 is a NaN, never kept
         mass_below = tl.sum(tl.where(below, probs, 0.0), axis=0)
         # the next kept key above the cut: its tied tokens go from the last index backwards
-        next_key = tl.min(tl.where(kept & (tail_keys > cut), tail_keys, 4294967296), axis=0)
-        tied = kept & (tail_keys == next_key)
+        above = kept & (~below)
+        next_key = tl.min(tl.where(above, keys, tl.full([BLOCK_V], 4294967295, tl.uint32)), axis=0)
+        tied = above & (keys == next_key)
         tie_count = tl.sum(tied.to(tl.int32), axis=0)
         from_end = tie_count - tl.cumsum(tied.to(tl.int32), axis=0) + 1   # 1 for the last tied index
         tie_drop = tied & (mass_below + from_end.to(tl.float32) * probs <= limit)
         # never the best token: the first index of the largest kept key
-        best_key = tl.max(tail_keys, axis=0)
-        first = tl.min(tl.where(kept & (tail_keys == best_key), cols, BLOCK_V), axis=0)
+        best_key = tl.max(tl.where(kept, keys, 0), axis=0)
+        first = tl.min(tl.where(kept & (keys == best_key), cols, BLOCK_V), axis=0)
         drop = (below | tie_drop) & (cols != first)
         value = tl.where(drop, float("-inf"), value)
 
