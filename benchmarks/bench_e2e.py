@@ -29,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gpu_busy import GpuBusySampler  # noqa: E402
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
 from benchmarks.stack_stats import collect, collect_replicas, load_split, one_line  # noqa: E402
@@ -117,7 +118,8 @@ async def level(target: str, concurrency: int, args) -> dict:
                 seed = queue.pop()
                 results.append(await one_stream(client, 1000 + seed, args, config_for))
 
-        await asyncio.gather(*(worker(offset_s) for offset_s in offsets_s))
+        with GpuBusySampler() as busy:
+            await asyncio.gather(*(worker(offset_s) for offset_s in offsets_s))
         wall_s = time.monotonic() - t0
     pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
@@ -128,7 +130,9 @@ async def level(target: str, concurrency: int, args) -> dict:
             "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
             "rtf_max": max(r["rtf"] for r in results),
             "stages": {name: {"p50_ms": stage_pct(name, 50), "p95_ms": stage_pct(name, 95)} for name in STAGES},
-            "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s, "raw": results}
+            "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s,
+            "gpu_busy": busy.summary(),   # nvidia-smi utilization while the level ran (None without one)
+            "raw": results}
 
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
