@@ -48,6 +48,7 @@ def _summary(role: str, stats) -> dict:
         # what a burst of arrivals cost the running streams (issue #10: bound the longest gap)
         out["decode_gap"] = _latency(stats.decode_gap)
         out["max_decode_gap_ms"] = round(stats.max_decode_gap_ms, 3)
+        out["host_time"] = _latency(stats.host_time)
         out["prefill_hit_rate"] = round(stats.graphs.prefill_hit_rate, 4)
         out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
@@ -122,6 +123,8 @@ def one_line(found: dict) -> str:
         if role.startswith("talker"):
             line += (f", prefill graphs {s['prefill_hit_rate']:.2f}, decode gap p50/max "
                      f"{s['decode_gap']['p50_ms']:.1f}/{s['max_decode_gap_ms']:.1f} ms")
+            if "host_time" in s:   # older talkers do not report it
+                line += f", host p50 {s['host_time']['p50_ms']:.2f} ms"
         parts.append(line)
         voices = s.get("voices")
         if voices and voices["num_batches"]:

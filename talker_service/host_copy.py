@@ -14,13 +14,23 @@ direction (`to_device_async`) does not wait for the device's queue at all.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
 
-def to_host(tensor: torch.Tensor) -> np.ndarray:
+class WaitClock:
+    """Seconds a thread spent in to_host waiting for the device, summed: what a loop subtracts from
+    its wall time to get its host time."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+
+
+def to_host(tensor: torch.Tensor, clock: WaitClock | None = None) -> np.ndarray:
     """The tensor's values as a host array the caller owns (CPU tensors: a view of their data).
-    Dtypes numpy has only (cast bfloat16 first)."""
+    Dtypes numpy has only (cast bfloat16 first). `clock` adds the time spent waiting for the device."""
     tensor = tensor.detach()
     if tensor.device.type != "cuda":
         return tensor.numpy()
@@ -29,7 +39,12 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
     host.copy_(tensor, non_blocking=True)
     done = torch.cuda.Event()
     done.record(torch.cuda.current_stream(tensor.device))
-    done.synchronize()
+    if clock is None:
+        done.synchronize()
+    else:
+        started_s = time.perf_counter()
+        done.synchronize()
+        clock.total_s += time.perf_counter() - started_s
     return host.numpy()
 
 

@@ -45,6 +45,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
         assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] > 0
         assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
+        # host time per loop iteration that stepped: as many as the steps (+ prefill-only iterations)
+        assert talker["host_time"]["count"] >= talker["step_time"]["count"] and talker["host_time"]["p50_ms"] > 0
         assert talker["num_prefill_graph_steps"] + talker["num_prefill_eager_steps"] >= 0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from talker_service.host_copy import to_host
+from talker_service.host_copy import WaitClock, to_host
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.int16])
@@ -26,3 +26,24 @@ def test_a_cuda_tensor_comes_back_in_fresh_host_memory():
     tensor = torch.arange(64, device="cuda").reshape(4, 16)
     first, second = to_host(tensor), to_host(tensor + 1)
     assert np.array_equal(first, np.arange(64).reshape(4, 16)) and np.array_equal(second, first + 1)
+
+
+def test_cpu_tensors_add_no_device_wait():
+    clock = WaitClock()
+    assert np.array_equal(to_host(torch.arange(5), clock), np.arange(5))
+    assert clock.total_s == 0.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the pinned path needs CUDA")
+def test_the_clock_sums_the_waits_for_queued_work():
+    """A read-back queued behind ~tens of ms of matmuls waits for them: the clock sees the wait."""
+    clock = WaitClock()
+    x = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    for _ in range(20):
+        x = x @ x / 64
+    to_host(x[:1, :4], clock)
+    first = clock.total_s
+    assert first > 0.001
+    to_host(torch.zeros(2, device="cuda"), clock)
+    assert clock.total_s >= first

@@ -17,7 +17,7 @@ import torch
 from talker_service.engine.graphs import GraphStats
 from talker_service.engine.prefill_graphs import CapturedPrefill, PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import FRESH, KINDS, PrefillShapes
-from talker_service.host_copy import to_host
+from talker_service.host_copy import WaitClock, to_host
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,9 @@ class PrefillChunk:
 
 class Prefiller:
     def __init__(self, step: PrefillStep, shapes: PrefillShapes, scratch_slot: int, stats: GraphStats,
-                 graphs: PrefillGraphTable | None) -> None:
+                 graphs: PrefillGraphTable | None, wait_clock: WaitClock | None = None) -> None:
         self.step, self.shapes, self.scratch_slot, self.stats, self.graphs = step, shapes, scratch_slot, stats, graphs
+        self.wait_clock = wait_clock   # time waited on the read-back, for the loop's host time
         self.is_padding = scratch_slot >= 0
         self._eager_shapes: dict[tuple[str, int, int], CapturedPrefill] = {}   # fallback buffers, made on first use
 
@@ -64,7 +65,7 @@ class Prefiller:
                 outputs.append(codes)
         if not outputs:
             return np.zeros((0, 16), dtype=np.int64)
-        by_index = dict(zip(order, to_host(torch.cat(outputs))))    # one host sync for both forwards
+        by_index = dict(zip(order, to_host(torch.cat(outputs), self.wait_clock)))    # one host sync for both forwards
         return np.stack([by_index[i] for i, c in enumerate(chunks) if c.is_last])
 
     def _forward(self, kind: str, chunks: list[PrefillChunk]) -> torch.Tensor | None:

@@ -26,7 +26,7 @@ from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import PrefillShapes
 from talker_service.engine.prefiller import PrefillChunk, Prefiller
 from talker_service.engine.warmup import warm_up
-from talker_service.host_copy import to_host
+from talker_service.host_copy import WaitClock, to_host
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -60,6 +60,7 @@ class ModelRunner:
             self.table.assign(self.scratch_slot, SamplingParams(do_sample=False, subtalker_dosample=False,
                                                                 min_new_tokens=0, seed=0))
         self.graph_stats = GraphStats()
+        self.wait_clock = WaitClock()   # time spent waiting on prefill and decode read-backs
         self.graphs: DecodeGraphTable | None = None
         self.prefill_shapes = PrefillShapes.from_config(config)
         prefill_step = PrefillStep(model, self.frames, self.codec_embeds)
@@ -73,7 +74,7 @@ class ModelRunner:
                                                emulate=emulate, pool=self.graphs.pool)
             prefill_graphs.capture(self.prefill_shapes.all(), self.graph_stats)
         self.prefiller = Prefiller(prefill_step, self.prefill_shapes, self.scratch_slot, self.graph_stats,
-                                   prefill_graphs)
+                                   prefill_graphs, self.wait_clock)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
                     "prefill %s prompts x %s positions (budget %d per step), graphs %s%s", config.max_slots,
                     config.max_seq_len, device, self.kv_cache_bytes / 2**20, self.buckets,
@@ -150,7 +151,7 @@ class ModelRunner:
             self.graph_stats.num_eager_steps += 1
         self.graph_stats.shape_histogram[bs] += 1
         self.graph_stats.num_padding_rows += bs - n
-        return to_host(codes)
+        return to_host(codes, self.wait_clock)
 
     def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
         """The same step without a graph: padded to bs rows on the scratch slot."""

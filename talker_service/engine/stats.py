@@ -46,6 +46,8 @@ class EngineStats:
     batch_size_histogram: Counter = field(default_factory=Counter)
     # time between two decode steps that share a running stream (prefill work included)
     decode_gap: LatencyWindow = field(default_factory=LatencyWindow)
+    # a server loop iteration that ran a step, minus its device waits (talker_service/server/loop.py)
+    host_time: LatencyWindow = field(default_factory=LatencyWindow)
     max_decode_gap_ms: float = 0.0
 
     def reset_windows(self) -> None:
@@ -55,3 +57,4 @@ class EngineStats:
         self.batch_size_histogram = Counter()
         self.decode_gap = LatencyWindow()
         self.max_decode_gap_ms = 0.0
+        self.host_time = LatencyWindow()

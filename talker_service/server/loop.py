@@ -132,6 +132,7 @@ class TalkerServer:
             self.close()
 
     def run_once(self) -> None:
+        started_s, waited_s = time.perf_counter(), self.engine.runner.wait_clock.total_s
         with self.sockets_lock:
             self.receive(self.idle_timeout_ms())
             self.housekeeping.run(time.monotonic())   # right after receive: peers judged on all they sent
@@ -154,6 +155,9 @@ class TalkerServer:
             self.voice_requests.send_answers()
             self.latest_load = self.engine.load()
         self.beats.mark_progress()
+        if can_step:   # host time: the iteration less its device waits (debug_step_delay_s counts as host)
+            device_s = self.engine.runner.wait_clock.total_s - waited_s
+            self.engine.stats.host_time.add((time.perf_counter() - started_s - device_s) * 1e3)
 
     def idle_timeout_ms(self) -> int:
         """No wait while a step can run; else until a message, bounded for timers and admin jobs."""

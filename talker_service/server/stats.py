@@ -30,7 +30,8 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         graphs=admin_pb2.GraphStats(**{name: graph_summary[name] for name in GRAPH_STATS_FIELDS}),
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,
         max_context_tokens=engine.config.max_seq_len,
-        vocoders=vocoders.status(now_s), gateways=gateways.status(now_s), voices=voices.stats_proto(reset))
+        vocoders=vocoders.status(now_s), gateways=gateways.status(now_s), voices=voices.stats_proto(reset),
+        host_time=admin_pb2.LatencyStats(**s.host_time.summary()))
     if reset:
         s.reset_windows()
     return stats
