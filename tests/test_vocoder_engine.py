@@ -102,9 +102,32 @@ def test_plan_batches_every_row_once_and_merging_pays():
     assert sorted(r.request_id for b in batches for r in b.rows) == sorted(r.request_id for r in rows)
     for b in batches:
         assert all(r.num_frames <= b.frames_bucket for r in b.rows) and b.batch_size <= 8
-    # with a huge launch cost everything fits in one batch; with zero cost nothing merges
+    # with a huge launch cost everything fits in one batch; with zero cost nothing merges and no
+    # batch pads rows: each frame bucket's rows go in batch sizes that add up to them exactly
     assert len(plan_batches(rows, p, batch_buckets(8), 1e9)) == 1
-    assert len(plan_batches(rows, p, batch_buckets(8), 0)) == len({p.bucket_for(r.num_frames) for r in rows})
+    free = plan_batches(rows, p, batch_buckets(8), 0)
+    assert all(b.batch_size in batch_buckets(8) for b in free)
+    assert {b.frames_bucket for b in free} == {p.bucket_for(r.num_frames) for r in rows}
+
+
+@pytest.mark.parametrize("num_rows, want", [(70, [64, 6]), (64, [64]), (5, [4, 1]), (256, [256]), (120, [64, 32, 16, 8])])
+def test_a_group_past_a_captured_size_is_split_not_padded(num_rows, want):
+    """70 steady rows replay a 64-row graph and an 8-row one (64 * 25 + 8 * 25 + 2 launches) instead
+    of padding to the 128-row graph (128 * 25 + 1 launch): the vocoder's work grows with padded rows."""
+    policy = ChunkPolicy(2, 25)
+    sizes = batch_buckets(256)
+    captured = [(b, t) for b in sizes for t in policy.frame_buckets()]
+
+    def covering(bs, t):
+        return min(((b, f) for b, f in captured if b >= bs and f >= t), key=lambda s: s[0] * s[1], default=None)
+
+    rows = [ReadyRow(f"r{i}", i, 25, True, False) for i in range(num_rows)]
+    cache = {}
+    batches = plan_batches(rows, policy, sizes, 64.0, covering, cache)
+    assert [b.batch_size for b in batches] == want
+    assert [r.request_id for b in batches for r in b.rows] == [r.request_id for r in rows]   # order kept
+    assert cache == {(num_rows, 25): want}
+    assert [b.batch_size for b in plan_batches(rows, policy, sizes, 64.0, covering, cache)] == want
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -34,31 +34,50 @@ class PlannedBatch:
         return len(self.rows)
 
 
+def cheapest_split(n: int, t: int, batch_sizes: list[int], cost: Callable[[int, int], float]) -> list[int]:
+    """Batch sizes (largest first, each <= batch_sizes[-1]) that add up to n rows of frame bucket t
+    at the least total cost(bs, t): a dynamic program over the row count, trying each batch size
+    and the whole remainder (padded up by `cost`). The vocoder's work grows with the padded rows, so
+    a group just past a captured size is cheaper as two launches than padded to the next one."""
+    max_bs = batch_sizes[-1]
+    best = [0.0] + [float("inf")] * n
+    take = [0] * (n + 1)
+    for m in range(1, n + 1):
+        for size in {*batch_sizes, m}:
+            size = min(size, m)
+            if size > max_bs:
+                continue
+            total = cost(size, t) + best[m - size]
+            if total < best[m]:
+                best[m], take[m] = total, size
+    sizes = []
+    while n:
+        sizes.append(take[n])
+        n -= take[n]
+    return sorted(sizes, reverse=True)
+
+
 def plan_batches(
     rows: list[ReadyRow],
     policy: ChunkPolicy,
     batch_sizes: list[int],
     launch_cost_row_frames: float,
     covering_shape: Callable[[int, int], tuple[int, int] | None] | None = None,
+    split_cache: dict[tuple[int, int], list[int]] | None = None,
 ) -> list[PlannedBatch]:
     """Partition `rows` into batches; every row appears exactly once.
 
-    Rows are grouped by their own frame bucket, groups larger than the biggest batch size are split,
-    then adjacent groups (in bucket order) are merged greedily while the merged launch is cheaper.
+    Rows are grouped by their own frame bucket, each group is cut into the batch sizes that cost
+    least (`cheapest_split`: 70 rows go as 64 + 8, not padded to a 128-row graph), then adjacent
+    groups (in bucket order) are merged greedily while the merged launch is cheaper.
     `covering_shape(bs, t)` gives the captured graph shape (B, T) a batch would really replay (None:
     eager); with few captured shapes, batches that pad to the same graph merge for free.
+    `split_cache` keeps each (rows, frame bucket) split for the next call (~3 ms to work out for 256
+    rows in Python): the caller's, valid while its batch sizes and captured shapes stay the same.
     """
     if not rows:
         return []
     max_bs = batch_sizes[-1]
-    by_bucket: dict[int, list[ReadyRow]] = {}
-    for row in rows:
-        by_bucket.setdefault(policy.bucket_for(row.num_frames), []).append(row)
-    groups: list[PlannedBatch] = []
-    for t in sorted(by_bucket):
-        members = by_bucket[t]
-        for start in range(0, len(members), max_bs):
-            groups.append(PlannedBatch(t, members[start:start + max_bs]))
 
     def cost(bs: int, t: int) -> float:
         shape = covering_shape(bs, t) if covering_shape is not None else None
@@ -66,6 +85,23 @@ def plan_batches(
             return launch_cost_row_frames + shape[0] * shape[1]
         padded = smallest_bucket_at_least(batch_sizes, bs) or bs
         return launch_cost_row_frames + padded * t
+
+    by_bucket: dict[int, list[ReadyRow]] = {}
+    for row in rows:
+        by_bucket.setdefault(policy.bucket_for(row.num_frames), []).append(row)
+    groups: list[PlannedBatch] = []
+    for t in sorted(by_bucket):
+        members = by_bucket[t]
+        start = 0
+        key = (len(members), t)
+        sizes = split_cache.get(key) if split_cache is not None else None
+        if sizes is None:
+            sizes = cheapest_split(len(members), t, batch_sizes, cost)
+            if split_cache is not None:
+                split_cache[key] = sizes
+        for size in sizes:
+            groups.append(PlannedBatch(t, members[start:start + size]))
+            start += size
 
     merged: list[PlannedBatch] = []
     for group in groups:

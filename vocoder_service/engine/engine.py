@@ -51,6 +51,7 @@ class VocoderEngine:
         # plan / gather / emit host time per step() that decoded something.
         self.host_times = HostTimes()
         self._covering_shape = getattr(runner, "covering_shape", None)
+        self._split_cache: dict[tuple[int, int], list[int]] = {}   # batcher.cheapest_split per (rows, frames)
 
     # ---- request lifecycle -------------------------------------------------------------------
     def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:
@@ -176,7 +177,7 @@ class VocoderEngine:
             out.append(self._emit(self.streams[row.request_id], np.zeros(0, np.float32), True))
         rows = [r for r in rows if r.num_frames > 0]
         batches = plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames,
-                               self._covering_shape)
+                               self._covering_shape, self._split_cache)
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
