@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from checkpoint.configs import model_config
-from talker_service.prompt import PromptVocab, embed_plan, plan_prompt
+from talker_service.prompt import PromptVocab, embed_plan, embed_prepared, plan_prompt
+from talker_service.prompt.embed import prepare_plan
 from talker_service.prompt.embed import plan_groups
 from talker_service.prompt.layout import NO_CODEC, NO_TEXT, SPEAKER, PromptPlan
 
@@ -209,3 +210,23 @@ def test_a_frame_past_the_reference_codes_is_a_value_error():
 def test_an_empty_plan_embeds_to_no_rows():
     out = embed_plan(PromptPlan(), NoLookups(), device=torch.device("cpu"), dtype=torch.float32, hidden_size=HIDDEN)
     assert out.shape == (0, HIDDEN)
+
+
+@pytest.mark.parametrize("model_type", ["base", "custom_voice"])
+def test_a_burst_embedded_together_equals_each_alone(model_type):
+    """embed_prepared lays several prompts end to end (one index copy, one text and one codec lookup,
+    the clones' x-vectors and reference frames gathered across prompts): each prompt's rows equal its
+    embedding alone, up to the text projection's GEMM over more rows."""
+    cases = [c for c in CASES if c[1] == model_type]
+    built = [build_case(c[1], c[2], c[3], c[4], c[5], seed=10 + i) for i, c in enumerate(cases)]
+    embedder = built[0][1]
+    args = dict(device=torch.device("cpu"), dtype=torch.float32, hidden_size=HIDDEN)
+    prepared = [prepare_plan(plan, hidden_size=HIDDEN, **inputs) for plan, _, inputs in built]
+    together = embed_prepared(prepared, embedder, **args)
+    assert [t.shape for t in together] == [(len(plan), HIDDEN) for plan, _, _ in built]
+    for (plan, _, inputs), ours in zip(built, together):
+        alone = embed_plan(plan, embedder, **args, **inputs)
+        assert torch.allclose(ours, alone, rtol=1e-6, atol=1e-6), float((ours - alone).abs().max())
+    if model_type == "base":   # the cases hold x-vector and in-context clones: both gathered paths ran
+        assert sum(p.groups.frame_pos.size for p in prepared) > 0 and sum(p.groups.speaker_pos.size for p in prepared) > 1
+    assert embed_prepared([], embedder, **args) == []

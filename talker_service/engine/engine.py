@@ -25,7 +25,7 @@ from talker_service.engine.runner import ModelRunner
 from talker_service.engine.scheduler import Scheduler
 from talker_service.engine.stats import EngineStats
 from talker_service.model import SamplingParams
-from talker_service.prompt import PromptRequest, TextFeed, build_prefill, validate_request
+from talker_service.prompt import PromptRequest, TextFeed, embed_prepared, prepare_prefill, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -168,16 +168,17 @@ class TalkerEngine:
         """Prompt embeddings of requests that just got a slot; their chunks run from this step on."""
         start_s = self.clock()
         max_seq_len = self.config.max_seq_len
+        model = self.runner.model
+        starting = []   # (request, its checked plan): embedded together below, one launch set for the burst
         for request in requests:
             request.prefill_start_s = start_s
             try:
-                prompt_embeds = build_prefill(self.vocab, request.prompt, request.feed, self.runner.model,
-                                              hidden_size=self.runner.model.config.hidden_size,
-                                              device=self.runner.model.device, dtype=self.runner.model.dtype)  # [L, H]
+                prepared = prepare_prefill(self.vocab, request.prompt, request.feed,
+                                           hidden_size=model.config.hidden_size)
             except ValueError as exc:
                 self._error(request, "INVALID_ARGUMENT", f"request {request.request_id!r}: {exc}")
                 continue
-            request.prompt_len = prompt_embeds.shape[0]
+            request.prompt_len = prepared.length
             if request.prompt_len >= max_seq_len:
                 self._error(request, "OUT_OF_RANGE",
                             f"request {request.request_id!r}: prompt of {request.prompt_len} positions does not fit "
@@ -192,6 +193,10 @@ class TalkerEngine:
             if max_frames <= 0:
                 self._finish(request, reason)
                 continue
+            starting.append((request, prepared))
+        embeds = embed_prepared([prepared for _, prepared in starting], model, device=model.device,
+                                dtype=model.dtype, hidden_size=model.config.hidden_size)   # [L_i, H] each
+        for (request, _), prompt_embeds in zip(starting, embeds):
             self.runner.assign(request.slot, request.sampling)
             self._prefilling[request.request_id] = PrefillJob(request, request.prompt_len, prompt_embeds)
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .embed import Embedder, embed_plan
+from .embed import Embedder, PreparedPrompt, embed_prepared, prepare_plan
 from .layout import num_icl_prefill_positions, plan_prompt
 from .text_feed import ALL_TEXT, TextFeed
 from .vocab import PromptVocab
@@ -71,6 +71,13 @@ def new_text_feed(vocab: PromptVocab, request: PromptRequest, max_text_tokens: i
 def build_prefill(vocab: PromptVocab, request: PromptRequest, feed: TextFeed, embedder: Embedder, *,
                   hidden_size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """[L, H] prefill embeddings; consumes the feed's prefill text (feed.is_prefill_ready must hold)."""
+    prepared = prepare_prefill(vocab, request, feed, hidden_size=hidden_size)
+    return embed_prepared([prepared], embedder, device=device, dtype=dtype, hidden_size=hidden_size)[0]
+
+
+def prepare_prefill(vocab: PromptVocab, request: PromptRequest, feed: TextFeed, *, hidden_size: int) -> PreparedPrompt:
+    """The prompt's plan, checked, on the host only (ValueError when it cannot be embedded); consumes
+    the feed's prefill text. embed_prepared embeds many of these in one go (a burst of arrivals)."""
     clone = request.clone
     plan = plan_prompt(
         vocab, feed.take_prefill(), language=request.language,
@@ -79,6 +86,5 @@ def build_prefill(vocab: PromptVocab, request: PromptRequest, feed: TextFeed, em
         speaker=request.speaker if vocab.model_type == "custom_voice" else None,
         has_speaker_vector=clone is not None,
         num_ref_frames=int(clone.ref_codes.shape[0]) if request.is_icl else 0)
-    return embed_plan(plan, embedder, device=device, dtype=dtype, hidden_size=hidden_size,
-                      speaker_vector=clone.x_vector if clone is not None else None,
-                      ref_codes=clone.ref_codes if request.is_icl else None)
+    return prepare_plan(plan, hidden_size=hidden_size, speaker_vector=clone.x_vector if clone is not None else None,
+                        ref_codes=clone.ref_codes if request.is_icl else None)
