@@ -330,3 +330,28 @@ def test_batched_group_keys_and_token_hash_table_give_the_same_noise():
     token_ids = torch.randint(0, 2048, (5, 64), generator=torch.Generator().manual_seed(0))
     table = token_hashes(2048, "cpu")
     assert torch.equal(uniform_for_tokens(keys[:, 3], token_ids, table), uniform_for_tokens(keys[:, 3], token_ids))
+
+
+def test_assign_many_writes_what_assign_writes():
+    """A burst's admissions in one write per table give the same rows (parameters, seeds, flags,
+    cleared history) as one assign() per slot."""
+    from talker_service.model.slot_sampling import SlotSamplingTable
+
+    params = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.1, seed=2**62 + 5,
+                             do_sample=False, subtalker_temperature=1.3, subtalker_top_k=7, subtalker_top_p=0.5,
+                             subtalker_dosample=True, min_new_tokens=4),
+              SamplingParams(seed=11), SamplingParams(subtalker_dosample=False, seed=0)]
+    one, many = SlotSamplingTable(6, 32, "cpu"), SlotSamplingTable(6, 32, "cpu")
+    for table in (one, many):
+        table.history[:] = True   # stale history of earlier requests must be cleared
+    for slot, p in zip([4, 0, 2], params):
+        one.assign(slot, p)
+    many.assign_many([4, 0, 2], params)
+    for name in ("_floats", "_ints", "_bools"):
+        assert torch.equal(getattr(one, name), getattr(many, name)), name
+    assert int(many.seeds[4]) == 2**62 + 5 and not bool(many.history[4].any()) and bool(many.history[1].all())
+    assert not bool(many.do_sample[4]) and bool(many.sub_do_sample[4]) and float(many.temperature[4]) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="out of range"):
+        many.assign_many([6], [params[0]])
+    with pytest.raises(ValueError, match="2 slots for 1"):
+        many.assign_many([1, 2], [params[0]])

@@ -196,8 +196,8 @@ class TalkerEngine:
             starting.append((request, prepared))
         embeds = embed_prepared([prepared for _, prepared in starting], model, device=model.device,
                                 dtype=model.dtype, hidden_size=model.config.hidden_size)   # [L_i, H] each
+        self.runner.assign_many([request.slot for request, _ in starting], [request.sampling for request, _ in starting])
         for (request, _), prompt_embeds in zip(starting, embeds):
-            self.runner.assign(request.slot, request.sampling)
             self._prefilling[request.request_id] = PrefillJob(request, request.prompt_len, prompt_embeds)
 
     def _prefill_chunks(self) -> None:

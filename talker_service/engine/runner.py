@@ -119,6 +119,10 @@ class ModelRunner:
     def assign(self, slot: int, sampling: SamplingParams) -> None:
         self.table.assign(slot, sampling)
 
+    def assign_many(self, slots: list[int], samplings: list[SamplingParams]) -> None:
+        """assign() for the requests admitted together: one write per table."""
+        self.table.assign_many(slots, samplings)
+
     def release(self, slot: int) -> None:
         self.model.free_slot(slot)
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from talker_service.host_copy import to_device_async
 from talker_service.model.sampling import RowSampling, SamplingParams
 
 
@@ -56,20 +58,29 @@ class SlotSamplingTable:
 
     def assign(self, slot: int, params: SamplingParams) -> None:
         """Write a request's parameters into `slot` and clear its history (not graph-safe: admission time)."""
-        if not 0 <= slot < self.max_slots:
-            raise ValueError(f"slot {slot} out of range [0, {self.max_slots})")
-        self.temperature[slot] = params.temperature
-        self.top_k[slot] = params.top_k
-        self.top_p[slot] = params.top_p
-        self.do_sample[slot] = params.do_sample
-        self.sub_temperature[slot] = params.subtalker_temperature
-        self.sub_top_k[slot] = params.subtalker_top_k
-        self.sub_top_p[slot] = params.subtalker_top_p
-        self.sub_do_sample[slot] = params.subtalker_dosample
-        self.repetition_penalty[slot] = params.repetition_penalty
-        self.min_new_tokens[slot] = params.min_new_tokens
-        self.seeds[slot] = params.seed
-        self.history[slot] = False
+        self.assign_many([slot], [params])
+
+    def assign_many(self, slots: list[int], params: list[SamplingParams]) -> None:
+        """assign() for several slots (distinct) at once: the rows are built on the host and written
+        with one copy and one index_copy_ per table, instead of 12 scalar writes (12 launches) per
+        request -- a burst of 256 admissions was ~3000 launches in the talker loop."""
+        if len(slots) != len(params):
+            raise ValueError(f"{len(slots)} slots for {len(params)} sampling parameter sets")
+        for slot in slots:
+            if not 0 <= slot < self.max_slots:
+                raise ValueError(f"slot {slot} out of range [0, {self.max_slots})")
+        if not slots:
+            return
+        floats = np.array([[p.temperature, p.top_p, p.subtalker_temperature, p.subtalker_top_p, p.repetition_penalty]
+                           for p in params], dtype=np.float32)                   # FLOAT_FIELDS order
+        ints = np.array([[p.top_k, p.subtalker_top_k, p.min_new_tokens, p.seed] for p in params],
+                        dtype=np.int64)                                           # INT_FIELDS order
+        bools = np.zeros((len(params), self._bools.shape[1]), dtype=np.bool_)    # history cleared
+        bools[:, self.vocab_size] = [p.do_sample for p in params]                # FLAG_FIELDS order
+        bools[:, self.vocab_size + 1] = [p.subtalker_dosample for p in params]
+        index = to_device_async(torch.tensor(slots, dtype=torch.long), self.device)
+        for table, rows in ((self._floats, floats), (self._ints, ints), (self._bools, bools)):
+            table.index_copy_(0, index, to_device_async(torch.from_numpy(rows), self.device))
 
     def gather(self, slots: torch.Tensor) -> SlotRows:
         """Rows for `slots` [bs] (device tensor): three index_selects, graph-safe. The fields are
