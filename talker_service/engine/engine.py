@@ -277,7 +277,11 @@ class TalkerEngine:
         self._errors.clear()
         for request in self._touched.values():
             is_final = bool(request.finish_reason)
-            codes = np.stack(request.pending) if request.pending else np.zeros((0, 16), dtype=np.int64)
+            pending = request.pending
+            if len(pending) == 1:   # the usual case, one frame this step: a view of the step's codes, no copy
+                codes = pending[0][None]
+            else:
+                codes = np.stack(pending) if pending else np.zeros((0, 16), dtype=np.int64)
             request.pending = []
             if codes.shape[0] and not request.first_frame_s:
                 request.first_frame_s = now_s
