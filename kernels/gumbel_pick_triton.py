@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from kernels.gumbel_pick_reference import check_args
 
@@ -68,6 +69,31 @@ def _gumbel_from_bits(bits):
 
 
 @triton.jit
+def _first_argmax(values, cols, ok, BLOCK: tl.constexpr):
+    """torch.argmax of values[ok] along one block: the first index of the maximum, a NaN counting
+    as the maximum (the first NaN wins). Shared by the pick kernels and sample_rows."""
+    is_nan = (values != values) & ok
+    finite = tl.where(is_nan | (~ok), float("-inf"), values)
+    best = tl.max(finite, axis=0)
+    first = tl.min(tl.where(ok & (finite == best), cols, BLOCK), axis=0)
+    first_nan = tl.min(tl.where(is_nan, cols, BLOCK), axis=0)
+    return tl.where(first_nan < BLOCK, first_nan, first)
+
+
+@triton.jit
+def _softmax(values, ok, LIBDEVICE_EXP: tl.constexpr):
+    """softmax of values over the ok lanes (0 elsewhere): exp is libdevice's __nv_expf on the GPU
+    (CUDA's expf, as torch's softmax), tl.exp in the interpreter; the division is IEEE."""
+    shifted = values - tl.max(values, axis=0)
+    if LIBDEVICE_EXP:
+        expd = libdevice.exp(shifted)
+    else:
+        expd = tl.exp(shifted)
+    expd = tl.where(ok, expd, 0.0)
+    return tl.div_rn(expd, tl.sum(expd, axis=0))
+
+
+@triton.jit
 def _gumbel_max_token(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_ptr, keys_stride, hashes_ptr,
                       HAS_HASHES: tl.constexpr, BLOCK_K: tl.constexpr):
     """Add each candidate's hash-noise Gumbel draw to `value` [BLOCK_K] and return the token of the
@@ -79,13 +105,7 @@ def _gumbel_max_token(value, cols, ok, row, tokens_ptr, tokens_row_stride, keys_
     else:
         token_part = _token_part(token)
     score = value + _gumbel_from_bits(_mix32(key ^ token_part))
-
-    is_nan = (score != score) & ok
-    score = tl.where(is_nan | (~ok), float("-inf"), score)
-    best = tl.max(score, axis=0)
-    first = tl.min(tl.where(ok & (score == best), cols, BLOCK_K), axis=0)
-    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_K), axis=0)
-    pick = tl.where(first_nan < BLOCK_K, first_nan, first)
+    pick = _first_argmax(score, cols, ok, BLOCK_K)
     return tl.load(tokens_ptr + row * tokens_row_stride + pick)
 
 

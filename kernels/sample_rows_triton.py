@@ -35,9 +35,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-from kernels.gumbel_pick_triton import _gumbel_from_bits, _mix32, _token_part
+from kernels.gumbel_pick_triton import _first_argmax, _gumbel_from_bits, _mix32, _softmax, _token_part
 
 MAX_VOCAB = 8192
 
@@ -87,13 +86,7 @@ def _sample_rows_kernel(
     ok = cols < vocab_size
     x = tl.load(logits_ptr + row * logits_row_stride + cols, mask=ok, other=float("-inf")).to(tl.float32)
 
-    # greedy: torch.argmax (first maximum; a NaN is the maximum)
-    is_nan = (x != x) & ok
-    finite_x = tl.where(is_nan | (~ok), float("-inf"), x)
-    best_x = tl.max(finite_x, axis=0)
-    first_best = tl.min(tl.where(ok & (finite_x == best_x), cols, BLOCK_V), axis=0)
-    first_nan = tl.min(tl.where(is_nan, cols, BLOCK_V), axis=0)
-    greedy = tl.where(first_nan < BLOCK_V, first_nan, first_best)
+    greedy = _first_argmax(x, cols, ok, BLOCK_V)   # torch.argmax: first maximum, a NaN is the maximum
 
     do_sample = tl.load(do_sample_ptr + row * do_sample_stride) != 0
     temperature = tl.where(do_sample, tl.load(temperature_ptr + row * temperature_stride), 1.0)
@@ -114,13 +107,7 @@ def _sample_rows_kernel(
     top_p = tl.load(top_p_ptr + row * top_p_stride)
     if top_p < 1.0:
         limit = 1.0 - top_p
-        shifted = value - tl.max(value, axis=0)
-        if LIBDEVICE_EXP:
-            expd = libdevice.exp(shifted)
-        else:
-            expd = tl.exp(shifted)
-        expd = tl.where(kept, expd, 0.0)
-        probs = tl.div_rn(expd, tl.sum(expd, axis=0))
+        probs = _softmax(value, kept, LIBDEVICE_EXP)
         cut = _tail_cut_key(keys, kept, probs, limit)
         below = kept & (keys <= cut)   # cut 0 ("nothing fits") drops nothing: key 0 is a NaN, never kept
         mass_below = tl.sum(tl.where(below, probs, 0.0), axis=0)
@@ -140,12 +127,7 @@ def _sample_rows_kernel(
     # the Gumbel-max pick over the survivors (kernels/gumbel_pick_triton.py's noise, token = column)
     key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
     score = value + _gumbel_from_bits(_mix32(key ^ _token_part(cols.to(tl.int64))))
-    score_nan = (score != score) & ok
-    score = tl.where(score_nan | (~ok), float("-inf"), score)
-    best = tl.max(score, axis=0)
-    pick = tl.min(tl.where(ok & (score == best), cols, BLOCK_V), axis=0)
-    pick_nan = tl.min(tl.where(score_nan, cols, BLOCK_V), axis=0)
-    pick = tl.where(pick_nan < BLOCK_V, pick_nan, pick)
+    pick = _first_argmax(score, cols, ok, BLOCK_V)
     tl.store(out_ptr + row, tl.where(do_sample, pick, greedy).to(tl.int64))
 
 

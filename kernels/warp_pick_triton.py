@@ -44,10 +44,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from kernels import gumbel_pick_triton
-from kernels.gumbel_pick_triton import _gumbel_max_token, pick_operands
+from kernels.gumbel_pick_triton import _gumbel_max_token, _softmax, pick_operands
 from kernels.warp_pick_reference import check_args
 
 MAX_K = gumbel_pick_triton.MAX_K  # one limit for both pick kernels (pick_operands checks it)
@@ -80,13 +79,7 @@ def _warp_pick_kernel(
     value = tl.where(value < kth, float("-inf"), value)
 
     # top-p, HF form: softmax, mass from the tail, drop where <= 1 - top_p, never the best
-    shifted = value - tl.max(value, axis=0)
-    if LIBDEVICE_EXP:
-        expd = libdevice.exp(shifted)
-    else:
-        expd = tl.exp(shifted)
-    expd = tl.where(ok, expd, 0.0)
-    probs = tl.div_rn(expd, tl.sum(expd, axis=0))
+    probs = _softmax(value, ok, LIBDEVICE_EXP)
     mass_from_tail = tl.cumsum(probs, axis=0, reverse=True)
     top_p = tl.load(top_p_ptr + row * top_p_stride)
     # rows with top_p >= 1 drop nothing: their limit -1 is below any mass (>= 0, or NaN: no drop)
