@@ -208,3 +208,15 @@ def test_first_frame_leaves_in_the_prefill_phase_before_the_running_streams_deco
     for i, codes in expected.items():
         assert np.array_equal(got.codes(i), codes), f"request {i} differs when stepped in two phases"
     phased.scheduler.check_invariants()
+
+
+@pytest.mark.parametrize("graphs", ["off", "emulate"])
+def test_each_decode_returns_codes_of_its_own(graphs):
+    """The engine hands out a step's frames as row views of runner.decode's array, so that array must
+    not be memory a later step writes again (a graph's static output read back as a view would be)."""
+    runner = make_engine(max_slots=2, decode_graphs=graphs).runner
+    first = runner.decode([0, 1], [3, 4], [1, 1], [300, 301])
+    snapshot = first.copy()
+    second = runner.decode([0, 1], [4, 5], [2, 2], [302, 303])
+    assert not np.shares_memory(first, second)
+    assert np.array_equal(first, snapshot)

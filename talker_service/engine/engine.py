@@ -278,7 +278,9 @@ class TalkerEngine:
         for request in self._touched.values():
             is_final = bool(request.finish_reason)
             pending = request.pending
-            if len(pending) == 1:   # the usual case, one frame this step: a view of the step's codes, no copy
+            # the usual case, one frame this step: a view of the step's codes, no copy (runner.decode
+            # returns an array of its own every step, tests/test_talker_engine.py checks it)
+            if len(pending) == 1:
                 codes = pending[0][None]
             else:
                 codes = np.stack(pending) if pending else np.zeros((0, 16), dtype=np.int64)
