@@ -31,6 +31,7 @@ from kernels.sample_rows_triton import sample_rows_triton  # noqa: E402
 from kernels.slot_attention_reference import slot_decode_attention_reference  # noqa: E402
 from kernels.slot_attention_triton import choose_block, slot_decode_attention_triton  # noqa: E402
 from kernels.warp_pick import warp_pick  # noqa: E402
+from talker_service.model.sampling import _sorted_candidates  # noqa: E402
 
 CALLS = 16
 BATCHES = (1, 64, 256)
@@ -71,12 +72,10 @@ def sampling_rows(batch: int, vocab: int, dtype: torch.dtype, gen: torch.Generat
 
 
 def sort_path(logits, temperature, top_k, top_p, do_sample, keys, candidate_k):
+    """choose_tokens_keyed's path without the kernel: float copy, argmax, sort/topk, warp_pick."""
     x = logits.float()
     greedy = x.argmax(dim=-1)
-    if candidate_k is None:
-        values, ids = torch.sort(x, dim=-1, descending=True)
-    else:
-        values, ids = torch.topk(x, candidate_k, dim=-1)
+    values, ids = _sorted_candidates(x, candidate_k)
     return warp_pick(values, ids, temperature, top_k, top_p, do_sample, greedy, x.shape[-1], keys)
 
 
