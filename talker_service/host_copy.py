@@ -28,24 +28,40 @@ class WaitClock:
         self.total_s = 0.0
 
 
+class HostCopy:
+    """A device -> host copy queued on the stream: `wait()` gives the values once the device got
+    there. Queue it right after the kernel (or graph replay) that wrote the tensor: later work on
+    the stream may reuse that memory (graphs share one pool), the copy has already taken it."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        tensor = tensor.detach()
+        self._done: torch.cuda.Event | None = None
+        if tensor.device.type != "cuda":
+            self._host = tensor.numpy()
+            return
+        # a block of torch's caching host allocator: pinned, reused once this array is gone
+        self._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        self._host.copy_(tensor, non_blocking=True)
+        self._done = torch.cuda.Event()
+        self._done.record(torch.cuda.current_stream(tensor.device))
+
+    def wait(self, clock: WaitClock | None = None) -> np.ndarray:
+        """The values as a host array the caller owns. `clock` adds the time spent waiting."""
+        if self._done is None:
+            return self._host
+        if clock is None:
+            self._done.synchronize()
+        else:
+            started_s = time.perf_counter()
+            self._done.synchronize()
+            clock.total_s += time.perf_counter() - started_s
+        return self._host.numpy()
+
+
 def to_host(tensor: torch.Tensor, clock: WaitClock | None = None) -> np.ndarray:
     """The tensor's values as a host array the caller owns (CPU tensors: a view of their data).
     Dtypes numpy has only (cast bfloat16 first). `clock` adds the time spent waiting for the device."""
-    tensor = tensor.detach()
-    if tensor.device.type != "cuda":
-        return tensor.numpy()
-    # a block of torch's caching host allocator: pinned, reused once this array is gone
-    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    host.copy_(tensor, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record(torch.cuda.current_stream(tensor.device))
-    if clock is None:
-        done.synchronize()
-    else:
-        started_s = time.perf_counter()
-        done.synchronize()
-        clock.total_s += time.perf_counter() - started_s
-    return host.numpy()
+    return HostCopy(tensor).wait(clock)
 
 
 def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:

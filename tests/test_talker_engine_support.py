@@ -11,10 +11,13 @@ from talker_service.model import SamplingParams
 from talker_service.prompt import PromptRequest, new_text_feed
 
 SPEAKERS = ("vivian", "ryan", "serena", "eric")
+# EngineConfig fields every make_engine() call gets unless it names them: a test module that reruns
+# the engine tests in another mode (test_talker_async_decode.py) sets them for its duration
+ENGINE_DEFAULTS: dict = {}
 
 
 def make_engine(max_slots: int = 4, max_seq_len: int = 128, **overrides) -> TalkerEngine:
-    config = EngineConfig(max_slots=max_slots, max_seq_len=max_seq_len, **overrides)
+    config = EngineConfig(max_slots=max_slots, max_seq_len=max_seq_len, **{**ENGINE_DEFAULTS, **overrides})
     return TalkerEngine(ModelRunner.from_checkpoint(resolve_model_dir("tiny"), config))
 
 

@@ -26,12 +26,13 @@ def _one_thread():
 
 
 class TimedRunner:
-    """Wraps the runner's two model calls: advances the fake clock and logs the call order."""
+    """Wraps the runner's two model calls (as the engine launches them): advances the fake clock
+    and logs the call order."""
 
     def __init__(self, runner) -> None:
         self.runner, self.now_s, self.calls = runner, 0.0, []
-        self._prefill, self._decode = runner.prefill, runner.decode
-        runner.prefill, runner.decode = self.prefill, self.decode
+        self._prefill, self._decode = runner.launch_prefill, runner.launch_decode
+        runner.launch_prefill, runner.launch_decode = self.prefill, self.decode
 
     def clock(self) -> float:
         return self.now_s

@@ -49,7 +49,9 @@ def stack(tmp_path_factory):
                                           "tcp://127.0.0.1:*", "--vocoders", f"{dead_endpoint},{codes_endpoint}",
                                           "--grpc-host", "127.0.0.1", "--grpc-port", str(grpc_port), "--max-slots", "4",
                                           "--max-seq-len", "256", "--heartbeat-interval-ms", "200",
-                                          "--vocoder-timeout-s", "1.0", "--gateway-timeout-s", "1.5"])
+                                          "--vocoder-timeout-s", "1.0", "--gateway-timeout-s", "1.5",
+                                          # as on CUDA (its default there): step N+1 queued before N is read
+                                          "--async-decode", "on"])
             info = talker.wait_ready(WAIT_S * 2)
             channel = grpc.insecure_channel(f"127.0.0.1:{info['grpc_port']}")
             gateway = GatewayStandIn(info["requests_endpoint"])

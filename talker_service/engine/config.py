@@ -63,6 +63,10 @@ class EngineConfig:
     # run every shape serving can use once before the engine is handed out (Triton compiles, cuBLAS
     # choices, allocator growth), so the first request is as fast as the hundredth; None: on CUDA
     warm_up: bool | None = None
+    # queue decode step N+1 before reading step N's codes back, so the GPU never waits for the host
+    # between steps (its inputs live on the device; only EOS needs the codes, and a row launched for
+    # a stream that turns out to have ended is dropped); None: on CUDA, where launches are queued
+    async_decode: bool | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -111,6 +115,9 @@ class EngineConfig:
         sizes = self.prefill_token_buckets or tuple(
             b for b in power_of_two_buckets(chunk) if b >= min(MIN_PREFILL_TOKEN_BUCKET, chunk))
         return sorted({min(b, chunk) for b in sizes} | {chunk})
+
+    def is_async_decode(self, device_type: str) -> bool:
+        return device_type == "cuda" if self.async_decode is None else self.async_decode
 
     def is_warm_up(self, device_type: str) -> bool:
         return device_type == "cuda" if self.warm_up is None else self.warm_up

@@ -7,29 +7,62 @@ forward, long prompts are split over several steps), then advances every runnabl
 one frame in a single batched decode, and returns what each request got
 this step: a `FramesOut` (numbered 0, 1, 2, ... per request; the last one is_final) or an
 `ErrorOut`. The ZeroMQ server and the offline BatchRunner are both thin users of this class.
+
+With async_decode (CUDA's default) a step's decode is queued before the previous one is read:
+its inputs (each slot's last frame embedding, KV, sampling state) live on the device, and the
+host knows every row's position and text without the codes. Only EOS needs them: a stream that
+ended is dropped from its rows still on the device, and its slot, reused at once, is safe because
+everything a next owner queues runs after those rows on the same stream.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Callable, Container, Hashable, Iterable
 
 import numpy as np
 import torch
 
 from talker_service.engine.config import EngineConfig
 from talker_service.engine.prefill_plan import PrefillJob, plan_step
-from talker_service.engine.prefiller import PrefillChunk
+from talker_service.engine.prefiller import PendingPrefill, PrefillChunk
 from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest, ErrorOut, FramesOut, RequestState
 from talker_service.engine.runner import ModelRunner
 from talker_service.engine.scheduler import Scheduler
 from talker_service.engine.stats import EngineStats
+from talker_service.host_copy import HostCopy
 from talker_service.model import SamplingParams
 from talker_service.prompt import PromptRequest, TextFeed, embed_prepared, prepare_prefill, validate_request
 
 logger = logging.getLogger(__name__)
 
 Output = FramesOut | ErrorOut
+
+
+@dataclass
+class LaunchedDecode:
+    """A decode step on the device: its rows' requests, and their codes on the way to the host."""
+    requests: list[EngineRequest]
+    codes: HostCopy
+
+
+@dataclass
+class LaunchedPrefill:
+    """A step's prefill forwards on the device: the requests whose frame 0 they sample."""
+    finishing: list[EngineRequest]
+    codes: PendingPrefill
+    start_s: float
+
+
+class _EitherOf:
+    """`key in` either of two containers, without building their union every step."""
+
+    def __init__(self, first: Container, second: Container) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.first or key in self.second
 
 
 class TalkerEngine:
@@ -46,6 +79,12 @@ class TalkerEngine:
         self._last_decode_s = 0.0
         self._last_decoded: set[Hashable] = set()
         self._step_start_s = 0.0   # set by prefill_phase: a step's time runs from its admission
+        # async decode: step N+1 is launched (in prefill_phase) before step N is read (in decode_phase)
+        self.async_decode = self.config.is_async_decode(runner.model.device.type)
+        self._launched: LaunchedDecode | None = None     # the newest decode step, not read yet
+        self._to_read: LaunchedDecode | None = None      # the one before it: decode_phase reads it
+        # streams whose frames are all launched (frame limit): they end when the last is read
+        self._all_launched: set[Hashable] = set()
 
     # ---- requests in ------------------------------------------------------------------------
     def add_request(self, request_id: Hashable, prompt: PromptRequest, feed: TextFeed,
@@ -122,8 +161,9 @@ class TalkerEngine:
     def has_runnable(self) -> bool:
         """Something a step would do now (a ready prefill with a free slot, or an unparked request)."""
         s = self.scheduler
-        return bool(self._prefilling) or any(r.feed.is_step_ready for r in s.running.values()) or (
-            bool(s.free_slots) and any(r.feed.is_prefill_ready for r in s.queued.values()))
+        return bool(self._prefilling) or self._launched is not None or \
+            any(r.feed.is_step_ready for r in s.running.values()) or (
+                bool(s.free_slots) and any(r.feed.is_prefill_ready for r in s.queued.values()))
 
     # ---- the step ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -148,19 +188,32 @@ class TalkerEngine:
     def prefill_phase(self) -> list[Output]:
         """Admit, run this step's prompt chunks; -> the outputs so far: the first frame of every prompt
         that ended here, and errors. A server sends them before `decode_phase()`, so a new stream's
-        first frame leaves without waiting for the running streams' decode step (6-12 ms on an H200)."""
+        first frame leaves without waiting for the running streams' decode step (6-12 ms on an H200).
+
+        With async_decode this step's decode is launched here too, behind the prompt chunks and
+        before their first frames are read: the GPU goes from one to the other without waiting."""
         self._step_start_s = self.clock()
         self.admit()
-        if self._prefilling:
-            self._prefill_chunks()
+        prefill = self._launch_prefill() if self._prefilling else None
+        if self.async_decode:
+            if self._to_read is not None:
+                raise RuntimeError("prefill_phase() called twice without decode_phase()")
+            self._to_read, self._launched = self._launched, self._launch_decode()
+        if prefill is not None:
+            self._read_prefill(prefill)
         return self._collect()
 
     @torch.no_grad()
     def decode_phase(self) -> list[Output]:
-        """The decode step of every running stream whose next text is known; -> its outputs."""
-        runnable = self.scheduler.take_runnable(skip=self._prefilling)
-        if runnable:
-            self._decode(runnable)
+        """The frames of a decode step of every running stream whose next text is known; -> outputs.
+        Without async_decode that step is launched and read here; with it, the step launched by
+        the previous prefill_phase() is read (the current one is on the device meanwhile)."""
+        if self.async_decode:
+            launched, self._to_read = self._to_read, None
+        else:
+            launched = self._launch_decode()
+        if launched is not None:
+            self._read_decode(launched)
             self.stats.step_time.add((self.clock() - self._step_start_s) * 1e3)
         return self._collect()
 
@@ -190,6 +243,7 @@ class TalkerEngine:
             request.max_frames_by_length = request.sampling.max_new_tokens - 1
             request.max_frames_by_context = max_seq_len - request.prompt_len + 1
             max_frames, reason = request.frame_limit()
+            request.max_frames = max_frames
             if max_frames <= 0:
                 self._finish(request, reason)
                 continue
@@ -200,32 +254,63 @@ class TalkerEngine:
         for (request, _), prompt_embeds in zip(starting, embeds):
             self._prefilling[request.request_id] = PrefillJob(request, request.prompt_len, prompt_embeds)
 
-    def _prefill_chunks(self) -> None:
-        """This step's prompt chunks (within the token budget); a prompt's last chunk gives its first frame."""
+    def _launch_prefill(self) -> LaunchedPrefill:
+        """This step's prompt chunks (within the token budget), queued; a prompt's last chunk gives
+        its first frame, in flight from here: the stream joins this step's decode already."""
         start_s = self.clock()
         plan = plan_step(list(self._prefilling.values()), self.runner.prefill_shapes)
         chunks = [PrefillChunk(job.key.slot, job.embeds[job.done:job.done + n], job.done, job.done + n == job.length)
                   for job, n in plan]
-        codes = iter(self.runner.prefill(chunks))   # [k, 16]: one row per prompt that ends here
-        end_s = self.clock()
-        self.stats.prefill_time.add((end_s - start_s) * 1e3)
+        codes = self.runner.launch_prefill(chunks)
         self.stats.num_prefill_chunks += len(chunks)
+        finishing = []
         for job, n in plan:
             job.done += n
             if job.done == job.length:
                 request = job.key
                 del self._prefilling[request.request_id]
-                request.prefill_ms = (end_s - request.prefill_start_s) * 1e3
-                self._accept(request, next(codes))
+                self._launched_frame(request)
+                finishing.append(request)
+        return LaunchedPrefill(finishing, codes, start_s)
 
-    def _decode(self, runnable: list[tuple[EngineRequest, int]]) -> None:
+    def _read_prefill(self, prefill: LaunchedPrefill) -> None:
+        codes = prefill.codes.wait(self.runner.wait_clock)   # [k, 16]: one row per prompt that ended
+        end_s = self.clock()
+        self.stats.prefill_time.add((end_s - prefill.start_s) * 1e3)
+        for request, row in zip(prefill.finishing, codes):
+            request.prefill_ms = (end_s - request.prefill_start_s) * 1e3
+            self._read_frame(request, row)
+
+    def _launch_decode(self) -> LaunchedDecode | None:
+        """One frame for every running stream whose next text is known and whose frames are not all
+        launched yet, queued on the device."""
+        runnable = self.scheduler.take_runnable(skip=_EitherOf(self._prefilling, self._all_launched))
+        if not runnable:
+            return None
         requests = [r for r, _ in runnable]
         self._note_decode_gap({r.request_id for r in requests})
-        codes = self.runner.decode([r.slot for r in requests], [r.position for r in requests],
-                                   [r.num_frames for r in requests], [t for _, t in runnable])   # [n, 16]
+        codes = self.runner.launch_decode([r.slot for r in requests], [r.position for r in requests],
+                                          [r.num_launched for r in requests], [t for _, t in runnable])
         self.stats.num_decode_steps += 1
         self.stats.batch_size_histogram[len(requests)] += 1
-        for request, row in zip(requests, codes):
+        for request in requests:
+            self._launched_frame(request)
+        return LaunchedDecode(requests, codes)
+
+    def _read_decode(self, launched: LaunchedDecode) -> None:
+        codes = launched.codes.wait(self.runner.wait_clock)   # [n, 16]
+        for request, row in zip(launched.requests, codes):
+            self._read_frame(request, row)
+
+    def _launched_frame(self, request: EngineRequest) -> None:
+        request.frames_in_flight += 1
+        if request.num_launched >= request.max_frames:
+            self._all_launched.add(request.request_id)
+
+    def _read_frame(self, request: EngineRequest, row: np.ndarray) -> None:
+        request.frames_in_flight -= 1
+        # a stream that ended (EOS, limit, abort) while this frame was on the device: the row is dropped
+        if request.state is RequestState.RUNNING:
             self._accept(request, row)
 
     def _note_decode_gap(self, decoded: set[Hashable]) -> None:
@@ -247,14 +332,15 @@ class TalkerEngine:
         request.num_frames += 1
         self.stats.num_frames_generated += 1
         # re-evaluated every frame: a streamed request's text budget grows until its text ends
-        max_frames, reason = request.frame_limit()
-        if request.num_frames >= max_frames:
+        request.max_frames, reason = request.frame_limit()
+        if request.num_frames >= request.max_frames:
             self._finish(request, reason)
 
     def _release(self, request: EngineRequest) -> None:
         if request.state == RequestState.RUNNING:
             self.runner.release(request.slot)
         self._prefilling.pop(request.request_id, None)
+        self._all_launched.discard(request.request_id)
         self.scheduler.release(request)
         self._touched.pop(request.request_id, None)
 

@@ -67,16 +67,23 @@ class DecodeStep:
 
 
 class CapturedDecode:
-    """Static index rows, pinned host staging, and the graph of one batch size."""
+    """Static index rows, pinned host staging (two buffers), and the graph of one batch size."""
 
     def __init__(self, step: DecodeStep, batch_size: int, padding_row: list[int], emulate: bool, pool=None) -> None:
         device = step.model.device
         self.step, self.batch_size = step, batch_size
         self.padding_row = np.asarray(padding_row, dtype=np.int64)                    # [4]
-        host = torch.zeros(NUM_INDEX_ROWS, batch_size, dtype=torch.long)
-        self.host = host.pin_memory() if device.type == "cuda" else host              # [4, B]
-        self.host.numpy()[:] = self.padding_row[:, None]
-        self.index_rows = self.host.to(device)                                        # [4, B]
+        # two staging buffers, used in turn: with decode steps overlapped (engine async_decode) step
+        # N+1's rows are written while step N's upload may still be queued behind step N-1
+        self.hosts = []
+        for _ in range(2):
+            host = torch.zeros(NUM_INDEX_ROWS, batch_size, dtype=torch.long)
+            host = host.pin_memory() if device.type == "cuda" else host                # [4, B]
+            host.numpy()[:] = self.padding_row[:, None]
+            self.hosts.append(host)
+        self.uploaded: list[torch.cuda.Event | None] = [None, None]   # per buffer: its last upload done
+        self.next_host = 0
+        self.index_rows = self.hosts[0].to(device)                                    # [4, B]
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
             self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool)
@@ -90,11 +97,18 @@ class CapturedDecode:
         n = rows.shape[1]
         if n > self.batch_size:
             raise ValueError(f"a batch of {n} does not fit the graph of batch {self.batch_size}")
-        staging = self.host.numpy()
+        i = self.next_host
+        self.next_host = 1 - i
+        host, uploaded = self.hosts[i], self.uploaded[i]
+        if uploaded is not None:   # this buffer's previous upload (two steps ago) has long run: no real wait
+            uploaded.synchronize()
+        staging = host.numpy()
         staging[:, :n] = rows
         staging[:, n:] = self.padding_row[:, None]
-        # non_blocking is safe: the caller reads the codes back (a sync) before the next refill
-        self.index_rows.copy_(self.host, non_blocking=True)
+        self.index_rows.copy_(host, non_blocking=True)
+        if host.is_pinned():   # the DMA reads the pinned buffer later: mark when it has
+            self.uploaded[i] = torch.cuda.Event()
+            self.uploaded[i].record()
         if self.graph is None:
             return self.step(self.index_rows)[:n]
         self.graph.replay()

@@ -17,7 +17,7 @@ import torch
 from talker_service.engine.graphs import GraphStats
 from talker_service.engine.prefill_graphs import CapturedPrefill, PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import FRESH, KINDS, PrefillShapes
-from talker_service.host_copy import WaitClock, to_host
+from talker_service.host_copy import HostCopy, WaitClock, to_device_async
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,20 @@ class PrefillChunk:
     embeds: torch.Tensor   # [n, H]: prompt positions start..start+n-1
     start: int
     is_last: bool          # ends its prompt: the first frame is sampled from its last position
+
+
+class PendingPrefill:
+    """A step's prefill forwards, queued: `wait()` -> codes [k, 16] int64 of frame 0 of the chunks
+    that end their prompt, in the chunks' order."""
+
+    def __init__(self, codes: HostCopy | None, order: list[int], is_last: list[bool]) -> None:
+        self.codes, self.order, self.is_last = codes, order, is_last
+
+    def wait(self, clock: WaitClock | None = None) -> np.ndarray:
+        if self.codes is None:
+            return np.zeros((0, 16), dtype=np.int64)
+        by_index = dict(zip(self.order, self.codes.wait(clock)))
+        return np.stack([by_index[i] for i, last in enumerate(self.is_last) if last])
 
 
 class Prefiller:
@@ -42,9 +56,13 @@ class Prefiller:
         """Index-row values of a padding row: the scratch slot from position 0, sampled there."""
         return [self.scratch_slot, 0, 0, self.scratch_slot]
 
-    @torch.no_grad()
     def run(self, chunks: list[PrefillChunk]) -> np.ndarray:
         """-> codes [k, 16] int64 of frame 0 of the k chunks that end their prompt, in their order."""
+        return self.launch(chunks).wait(self.wait_clock)
+
+    @torch.no_grad()
+    def launch(self, chunks: list[PrefillChunk]) -> PendingPrefill:
+        """The forwards queued, with one copy of all first frames to the host (one sync to read)."""
         for chunk in chunks:
             if chunk.embeds.shape[0] < 1 or chunk.embeds.shape[0] > self.shapes.max_chunk:
                 raise ValueError(f"a prefill chunk has 1..{self.shapes.max_chunk} positions, "
@@ -63,10 +81,10 @@ class Prefiller:
             if codes is not None:
                 order += ends
                 outputs.append(codes)
+        is_last = [c.is_last for c in chunks]
         if not outputs:
-            return np.zeros((0, 16), dtype=np.int64)
-        by_index = dict(zip(order, to_host(torch.cat(outputs), self.wait_clock)))    # one host sync for both forwards
-        return np.stack([by_index[i] for i, c in enumerate(chunks) if c.is_last])
+            return PendingPrefill(None, order, is_last)
+        return PendingPrefill(HostCopy(torch.cat(outputs)), order, is_last)   # one host sync for both forwards
 
     def _forward(self, kind: str, chunks: list[PrefillChunk]) -> torch.Tensor | None:
         """One forward of same-kind chunks -> device codes of those that end their prompt (None: none do)."""
@@ -80,7 +98,10 @@ class Prefiller:
         codes = self._shape(shape, sum(lengths)).run([c.embeds for c in chunks], rows)
         if not ends:
             return None
-        return codes if len(ends) == len(chunks) else codes[torch.tensor(ends, device=codes.device)]
+        # a copy, queued now: the other kind's replay may reuse this graph's output memory (one pool)
+        if len(ends) == len(chunks):
+            return codes.clone()
+        return codes[to_device_async(torch.tensor(ends), codes.device)]   # (to_device_async: no stream sync)
 
     def _shape(self, shape: tuple[str, int, int], num_real_tokens: int) -> CapturedPrefill:
         """The captured step of this shape, or (counted) the same step eagerly on buffers of that shape."""

@@ -37,7 +37,9 @@ class EngineRequest:
     prompt_len: int = 0
     max_frames_by_length: int = 0     # from SamplingParams.max_new_tokens, set at prefill
     max_frames_by_context: int = 0    # what the slot's max_seq_len leaves after the prompt, set at prefill
-    num_frames: int = 0               # frames generated so far
+    num_frames: int = 0               # frames generated so far (read back and accepted)
+    frames_in_flight: int = 0         # frames launched on the device, not read back yet (async decode)
+    max_frames: int = 0               # frame_limit() as of the last accepted frame: launches stop there
     next_seq: int = 0                 # sequence number of the next FramesOut
     prefill_start_s: float = 0.0
     prefill_ms: float = 0.0
@@ -46,9 +48,14 @@ class EngineRequest:
     pending: list = field(default_factory=list)   # this step's frames, each np [16] int64
 
     @property
+    def num_launched(self) -> int:
+        """Index of the next frame to launch: frames accepted plus those still on the device."""
+        return self.num_frames + self.frames_in_flight
+
+    @property
     def position(self) -> int:
         """Talker position of the next decode step: frame g >= 1 is decoded at prompt_len + g - 1."""
-        return self.prompt_len + self.num_frames - 1
+        return self.prompt_len + self.num_launched - 1
 
     def frame_limit(self) -> tuple[int, str]:
         """(most frames this request may have now, the FINISH_* reason when it reaches them).

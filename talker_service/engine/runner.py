@@ -24,9 +24,9 @@ from talker_service.engine.config import EngineConfig, kv_slots_that_fit
 from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
 from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import PrefillShapes
-from talker_service.engine.prefiller import PrefillChunk, Prefiller
+from talker_service.engine.prefiller import PendingPrefill, PrefillChunk, Prefiller
 from talker_service.engine.warmup import warm_up
-from talker_service.host_copy import WaitClock, to_host
+from talker_service.host_copy import HostCopy, WaitClock
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -130,12 +130,23 @@ class ModelRunner:
     def prefill(self, chunks: list[PrefillChunk]) -> np.ndarray:
         """Prompt chunks into their slots (distinct; at most one forward per kind, as prefill_plan
         planned them), then frame 0 of each prompt a chunk ends -> codes [k, 16] int64, in order."""
-        return self.prefiller.run(chunks)
+        return self.prefiller.launch(chunks).wait(self.wait_clock)
+
+    def launch_prefill(self, chunks: list[PrefillChunk]) -> PendingPrefill:
+        """prefill() without waiting: `.wait(runner.wait_clock)` gives the codes."""
+        return self.prefiller.launch(chunks)
 
     @torch.no_grad()
     def decode(self, slots: list[int], positions: list[int], num_frames: list[int], text_ids: list[int]) -> np.ndarray:
         """One frame for each slot: the talker reads text_ids[i] + its last frame at positions[i]
         -> codes [n, 16] int64 (one host sync: the caller needs codes[:, 0] to see EOS)."""
+        return self.launch_decode(slots, positions, num_frames, text_ids).wait(self.wait_clock)
+
+    @torch.no_grad()
+    def launch_decode(self, slots: list[int], positions: list[int], num_frames: list[int],
+                      text_ids: list[int]) -> HostCopy:
+        """decode() without waiting: the step and its codes' copy to the host are queued, and the
+        caller may queue the next step (whose inputs live on the device) before it reads these."""
         n = len(slots)
         if n == 0 or n > self.config.max_slots:
             raise ValueError(f"a decode step needs 1..{self.config.max_slots} slots, got {n}")
@@ -155,7 +166,7 @@ class ModelRunner:
             self.graph_stats.num_eager_steps += 1
         self.graph_stats.shape_histogram[bs] += 1
         self.graph_stats.num_padding_rows += bs - n
-        return to_host(codes, self.wait_clock)
+        return HostCopy(codes)   # queued before any later replay can reuse the graph's output memory
 
     def _decode_eager(self, rows: np.ndarray, bs: int) -> torch.Tensor:
         """The same step without a graph: padded to bs rows on the scratch slot."""

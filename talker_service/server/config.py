@@ -10,6 +10,7 @@ from talker_service.engine import EngineConfig
 
 
 CPU_DEFAULT_SLOTS = 8
+ON_OFF_AUTO = {"auto": None, "on": True, "off": False}   # a tri-state flag -> EngineConfig
 
 
 @dataclass
@@ -37,6 +38,7 @@ class TalkerServiceConfig:
     prefill_token_budget: int = 1024     # padded prompt positions prefilled per step, so decode steps keep coming
     prefill_token_buckets: tuple[int, ...] = ()  # captured prompt-length buckets; empty: 16, 32, ... to the chunk
     warm_up: str = "auto"                # every serving shape run once before SERVING: auto (CUDA), on, off
+    async_decode: str = "auto"           # queue decode step N+1 before reading step N back: auto (CUDA), on, off
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
@@ -86,8 +88,9 @@ class TalkerServiceConfig:
                 problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")
         if not 0.0 <= self.gpu_memory_fraction < 1.0:
             problems.append(f"gpu_memory_fraction must be in [0, 1) (0: auto), got {self.gpu_memory_fraction}")
-        if self.warm_up not in ("auto", "on", "off"):
-            problems.append(f"warm_up must be auto, on or off, got {self.warm_up!r}")
+        for name in ("warm_up", "async_decode"):
+            if getattr(self, name) not in ("auto", "on", "off"):
+                problems.append(f"{name} must be auto, on or off, got {getattr(self, name)!r}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
         if not self.vocoder_endpoints():
@@ -112,7 +115,7 @@ class TalkerServiceConfig:
                             max_prefill_batch=self.max_prefill_batch, prefill_chunk_tokens=self.prefill_chunk_tokens,
                             prefill_token_budget=self.prefill_token_budget,
                             prefill_token_buckets=self.prefill_token_buckets,
-                            warm_up={"auto": None, "on": True, "off": False}[self.warm_up],
+                            warm_up=ON_OFF_AUTO[self.warm_up], async_decode=ON_OFF_AUTO[self.async_decode],
                             max_queued=self.max_queued or 64,
                             batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
                             decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
