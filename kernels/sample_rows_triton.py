@@ -6,14 +6,15 @@ sort (or topk) of the row and warp_pick: four launches per sampling, 16 sampling
 is only needed for two thresholds, and both are found by bisection over order-preserving integer
 keys of the logits, which needs nothing but counts and sums over the row held in registers:
 
-    key(x)   = the fp32 bits of x mapped so that integer order is float order (u32 in int64 lanes)
+    key(x)   = the fp32 bits of x mapped so that integer order is float order (u32 lanes), shifted
+               right past the bits a widened bf16 (16) or fp16 (13) value never sets
     greedy   = first index of the maximum (a NaN counts as the maximum, as in torch.argmax)
     t        = do_sample ? temperature : 1;   v = x / t (IEEE div_rn, what eager torch does)
-    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (32 halvings);
+    top-k    = k-th largest key: the largest key c with #(key >= c) >= k (one halving per key bit);
                everything below the k-th value is dropped, ties with it kept (HF)
     top-p    = HF's "mass summed from the tail <= 1 - top_p is dropped" on the descending order
                (value, then index): F(c) = mass of keys <= c; the largest c with F(c) <= 1 - top_p
-               (32 halvings) drops every key <= c; of the tokens tied at the next key, the later
+               (one halving per key bit) drops every key <= c; of the tokens tied at the next key, the later
                ones (higher index) go while F(c) + (their count from the end) * p <= 1 - top_p;
                never the best token
     pick     = first maximum of v + gumbel(hash(key, token)) over the survivors (a NaN wins)
@@ -39,6 +40,8 @@ import triton.language as tl
 from kernels.gumbel_pick_triton import _first_argmax, _gumbel_from_bits, _mix32, _softmax, _token_part
 
 MAX_VOCAB = 8192
+# fp32 bits a widened value of the dtype never uses: its mantissa is 7 (bf16) or 10 (fp16) bits of 23
+KEY_SHIFT_BY_DTYPE = {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}
 
 
 @triton.jit
@@ -50,13 +53,13 @@ def _ordered_keys(x):
 
 
 @triton.jit
-def _kth_largest_key(keys, ok, k):
+def _kth_largest_key(keys, ok, k, KEY_BITS: tl.constexpr):
     """The k-th largest of keys[ok]: the largest c with #(keys >= c) >= k, built bit by bit.
     32-bit lanes throughout (an int64 version, or one counting three candidates per round in packed
     int64 fields, ran slower on the H200: the per-lane work, not the reductions, sets the pace)."""
     one = tl.full([], 1, tl.uint32)
     c = tl.zeros([], tl.uint32)
-    for bit in tl.static_range(31, -1, -1):
+    for bit in tl.static_range(KEY_BITS - 1, -1, -1):
         cand = c | (one << bit)
         count = tl.sum((ok & (keys >= cand)).to(tl.int32), axis=0)
         c = tl.where(count >= k, cand, c)
@@ -64,11 +67,11 @@ def _kth_largest_key(keys, ok, k):
 
 
 @triton.jit
-def _tail_cut_key(keys, kept, probs, limit):
+def _tail_cut_key(keys, kept, probs, limit, KEY_BITS: tl.constexpr):
     """The largest c with sum(probs[kept & (keys <= c)]) <= limit, built bit by bit (0 when none)."""
     one = tl.full([], 1, tl.uint32)
     c = tl.zeros([], tl.uint32)
-    for bit in tl.static_range(31, -1, -1):
+    for bit in tl.static_range(KEY_BITS - 1, -1, -1):
         cand = c | (one << bit)
         mass = tl.sum(tl.where(kept & (keys <= cand), probs, 0.0), axis=0)
         c = tl.where(mass <= limit, cand, c)
@@ -79,7 +82,7 @@ def _tail_cut_key(keys, kept, probs, limit):
 def _sample_rows_kernel(
     logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, do_sample_ptr, keys_ptr, out_ptr,
     vocab_size, logits_row_stride, temperature_stride, top_k_stride, top_p_stride, do_sample_stride, keys_stride,
-    LIBDEVICE_EXP: tl.constexpr, BLOCK_V: tl.constexpr,
+    LIBDEVICE_EXP: tl.constexpr, BLOCK_V: tl.constexpr, KEY_SHIFT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_V)
@@ -91,14 +94,16 @@ def _sample_rows_kernel(
     do_sample = tl.load(do_sample_ptr + row * do_sample_stride) != 0
     temperature = tl.where(do_sample, tl.load(temperature_ptr + row * temperature_stride), 1.0)
     value = tl.where(ok, tl.div_rn(x, temperature), float("-inf"))
-    keys = _ordered_keys(x)
+    # the low KEY_SHIFT bits of a widened bf16/fp16 value's key are all 0 (x >= 0) or all 1 (x < 0):
+    # dropped, the key keeps its order and the bisections need 16 (bf16) or 19 (fp16) rounds, not 32
+    keys = _ordered_keys(x) >> KEY_SHIFT
 
     # top-k on the raw order (= the scaled order), the k-th value compared after scaling, as warp_pick
     top_k = tl.load(top_k_ptr + row * top_k_stride)
     k = tl.where(top_k > 0, top_k, vocab_size)
     k = tl.minimum(tl.maximum(k, 1), vocab_size)
     if k < vocab_size:
-        kth_key = _kth_largest_key(keys, ok, k)
+        kth_key = _kth_largest_key(keys, ok, k, 32 - KEY_SHIFT)
         kth_x = tl.max(tl.where(ok & (keys == kth_key), x, float("-inf")), axis=0)
         value = tl.where(value < tl.div_rn(kth_x, temperature), float("-inf"), value)
     kept = value > float("-inf")
@@ -108,7 +113,7 @@ def _sample_rows_kernel(
     if top_p < 1.0:
         limit = 1.0 - top_p
         probs = _softmax(value, kept, LIBDEVICE_EXP)
-        cut = _tail_cut_key(keys, kept, probs, limit)
+        cut = _tail_cut_key(keys, kept, probs, limit, 32 - KEY_SHIFT)
         below = kept & (keys <= cut)   # cut 0 ("nothing fits") drops nothing: key 0 is a NaN, never kept
         mass_below = tl.sum(tl.where(below, probs, 0.0), axis=0)
         # the next kept key above the cut: its tied tokens go from the last index backwards
@@ -159,7 +164,8 @@ def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
         logits, temperature, top_k, top_p, do_sample, keys, out,
         vocab_size, logits.stride(0), temperature.stride(0), top_k.stride(0), top_p.stride(0), do_sample.stride(0),
         keys.stride(0),
-        LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, num_warps=num_warps,
+        LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, KEY_SHIFT=KEY_SHIFT_BY_DTYPE[logits.dtype],
+        num_warps=num_warps,
         enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
     )
     return out

@@ -30,7 +30,8 @@ OP_NAME = "qwen3tts.sample_rows"
 NEAR_TIE = 1e-5
 # rows per case in the interpreter (~0.1 s a row of 2048): enough rows to see every filter at work
 ROWS = {"cand64": 96, "ties64": 64, "flat64": 64, "bf16_cand64": 64, "full2048": 48, "c0_full3072": 48}
-EXACT_CASES = ("cand64", "ties64", "bf16_cand64", "full2048", "c0_full3072", "edges", "bf16_input", "small_vocab")
+EXACT_CASES = ("cand64", "ties64", "bf16_cand64", "full2048", "c0_full3072", "edges", "bf16_input", "bf16_ties",
+               "fp16_input", "small_vocab")
 CHOOSE_CASES = ("bf16_cand64", "c0_full3072")
 DISPATCH_CASES = ("edges", "small_vocab")
 
@@ -68,6 +69,13 @@ def _cases() -> dict:
     gen = torch.Generator().manual_seed(5)
     rows = _rows(32, gen, [0, 5, 50], [1.0, 0.9, 0.6], [0.6, 0.9, 1.3], 0.2)
     cases["bf16_input"] = _args((torch.randn(32, 2048, generator=gen) * 3.0).bfloat16(), rows, _keys(32, gen, 2))
+    # half-precision tensors shorten the bisections (kernels/sample_rows_triton.py KEY_SHIFT_BY_DTYPE): ties
+    # on a 0.5 grid (negative ones too, whose dropped key bits are all ones) and random fp16 rows
+    rows = _rows(48, gen, [0, 3, 10, 37, 50], [1.0, 0.9, 0.7, 0.4], [0.7, 1.0, 1.7], 0.1)
+    cases["bf16_ties"] = _args(((torch.randn(48, 2048, generator=gen) * 4.0).round() / 2).bfloat16(), rows,
+                               _keys(48, gen, 13))
+    rows = _rows(48, gen, [0, 5, 50, 64], [1.0, 0.9, 0.6], [0.6, 0.9, 1.3], 0.2)
+    cases["fp16_input"] = _args((torch.randn(48, 2048, generator=gen) * 3.0).half(), rows, _keys(48, gen, 14))
     rows = _rows(16, gen, [0, 1, 3, 9], [1.0, 0.7], [0.8, 1.2], 0.2)
     cases["small_vocab"] = _args(torch.randn(16, 7, generator=gen), rows, _keys(16, gen, 1))
     return cases
@@ -260,17 +268,20 @@ def test_bad_arguments_raise_value_error(fresh_dispatcher, index, change, match)
     assert sample_rows.triton_failure() is None, "bad input must not disable the kernel"
 
 
-def test_kernel_compiles_for_hopper():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_compiles_for_hopper(dtype):
     """sm_90 compile of a 4096 block (codebook 0's 3072 tokens): libdevice's expf, IEEE divisions, the
-    noise hash's 32-bit multiplies, and no sort (no bitonic shuffles of a sort network)."""
+    noise hash's 32-bit multiplies, and no sort (no bitonic shuffles of a sort network); fp32 logits
+    (codebook 0, penalized) and bf16 ones (the code predictor's heads: 16-bit keys)."""
     skip_if_interpreting(srt)
-    signature = {"logits_ptr": "*fp32", "temperature_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32",
+    signature = {"logits_ptr": "*fp32" if dtype == torch.float32 else "*bf16", "temperature_ptr": "*fp32",
+                 "top_k_ptr": "*i64", "top_p_ptr": "*fp32",
                  "do_sample_ptr": "*u8", "keys_ptr": "*i64", "out_ptr": "*i64", "vocab_size": "i32",
                  "logits_row_stride": "i32", "temperature_stride": "i32", "top_k_stride": "i32",
                  "top_p_stride": "i32", "do_sample_stride": "i32", "keys_stride": "i32",
-                 "LIBDEVICE_EXP": "constexpr", "BLOCK_V": "constexpr"}
-    kernel = compile_for_hopper(srt._sample_rows_kernel, signature, {"LIBDEVICE_EXP": True, "BLOCK_V": 4096},
-                                num_warps=8, enable_fp_fusion=False)
+                 "LIBDEVICE_EXP": "constexpr", "BLOCK_V": "constexpr", "KEY_SHIFT": "constexpr"}
+    constants = {"LIBDEVICE_EXP": True, "BLOCK_V": 4096, "KEY_SHIFT": srt.KEY_SHIFT_BY_DTYPE[dtype]}
+    kernel = compile_for_hopper(srt._sample_rows_kernel, signature, constants, num_warps=8, enable_fp_fusion=False)
     ptx = kernel.asm["ptx"]
     for op in ("ex2.approx.ftz.f32", "__nv_logf", "div.rn.f32", "mul.lo.s32"):
         assert op in ptx, op

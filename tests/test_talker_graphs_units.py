@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from talker_service.engine import EngineConfig
-from talker_service.engine.config import kv_slots_that_fit
+from talker_service.engine.config import decode_batch_buckets, kv_slots_that_fit
+from talker_service.server.config import TalkerServiceConfig
 from test_talker_engine_support import make_engine
 from test_vocoder_process_support import one_cpu_thread
 
@@ -45,6 +46,18 @@ def test_decode_past_max_context_is_a_clear_error(runner):
         runner.decode([0, 1], [10, 64], [1, 1], [runner.vocab.tts_pad_id] * 2)
     with pytest.raises(ValueError, match="needs 1..8 slots"):
         runner.decode([], [], [], [])
+
+
+def test_default_decode_buckets_are_finer_above_128_rows():
+    assert EngineConfig(max_slots=256).buckets() == [1, 2, 4, 8, 16, 32, 64, 128, 160, 192, 224, 256]
+    assert EngineConfig(max_slots=8).buckets() == [1, 2, 4, 8]
+    assert decode_batch_buckets(200) == [1, 2, 4, 8, 16, 32, 64, 128, 160, 192, 200]
+    assert decode_batch_buckets(512)[-8:] == [160, 192, 224, 256, 320, 384, 448, 512]
+    assert EngineConfig(max_slots=256, batch_buckets=(64,)).buckets() == [64, 256]   # configured: as given
+    with pytest.raises(ValueError, match="async_decode must be auto, on or off, got 'sometimes'"):
+        TalkerServiceConfig(async_decode="sometimes")
+    assert EngineConfig().is_async_decode("cuda") and not EngineConfig().is_async_decode("cpu")
+    assert EngineConfig(async_decode=True).is_async_decode("cpu")
 
 
 def test_kv_slots_that_fit():

@@ -50,7 +50,7 @@ class TalkerServiceConfig:
     max_voice_batch_audio_s: float = 80.0  # per encoder forward: clips x the longest, s of 24 kHz audio; bounds
                                          # the codec encoder's activations (64 channels per sample at full size:
                                          # estimated < 1 GiB in bf16 at 80 s, not measured), 16 clips of 5 s fit
-    batch_buckets: tuple[int, ...] = ()  # empty: powers of two up to max_slots
+    batch_buckets: tuple[int, ...] = ()  # empty: powers of two to 128, then quarter steps (160, 192, 224, 256)
     decode_graphs: str = "auto"          # auto: one CUDA graph per decode bucket on CUDA, eager on CPU; or off
     context_buckets: tuple[int, ...] = ()  # attention context per decode graph; empty: max_seq_len only
     graph_max_batch: int = 0             # graphs for batch buckets <= this only (0: all)
