@@ -35,6 +35,7 @@ from talker_service.model.sampling import _sorted_candidates  # noqa: E402
 
 CALLS = 16
 BATCHES = (1, 64, 256)
+SAMPLING_WARPS = (1, 2, 4, 8, 16)
 ATTN_SWEEP = [(16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8)]
 
 
@@ -91,11 +92,18 @@ def bench_sampling(gen) -> list[dict]:
                 mismatches = int((got != want).sum())
                 entry = {"vocab": vocab, "dtype": str(dtype), "batch": batch, "top_p": top_p,
                          "fused_ms": graph_ms(lambda: sample_rows_triton(*args)),
+                         "fused_ms_by_warps": {w: graph_ms(lambda: sample_rows_triton(*args, num_warps=w))
+                                               for w in SAMPLING_WARPS},
                          "topk64_path_ms": graph_ms(lambda: sort_path(*args, 64)),
                          "full_sort_path_ms": graph_ms(lambda: sort_path(*args, None)),
                          "mismatches_vs_reference": mismatches}
                 rows.append(entry)
-                print(f"sampling V={vocab} bs={batch} top_p={top_p}: fused {entry['fused_ms'] * 1e3:.1f} us, "
+                for w in SAMPLING_WARPS:
+                    if int((sample_rows_triton(*args, num_warps=w) != want).sum()):
+                        raise SystemExit(f"sample_rows with {w} warps differs from the reference (V={vocab} bs={batch})")
+                by_warps = " ".join(f"{w}w {t * 1e3:.1f}" for w, t in entry["fused_ms_by_warps"].items())
+                print(f"sampling V={vocab} bs={batch} top_p={top_p}: fused {entry['fused_ms'] * 1e3:.1f} us "
+                      f"(by warps, us: {by_warps}), "
                       f"topk-64 path {entry['topk64_path_ms'] * 1e3:.1f} us, full sort path "
                       f"{entry['full_sort_path_ms'] * 1e3:.1f} us, mismatches {mismatches}", flush=True)
     return rows

@@ -148,8 +148,9 @@ def choose_block(vocab_size: int) -> tuple[int, int]:
 
 
 def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                       do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """int64 [bs]: each row's token (module docstring), one launch. logits [bs, V] fp32/bf16/fp16."""
+                       do_sample: torch.Tensor, keys: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
+    """int64 [bs]: each row's token (module docstring), one launch. logits [bs, V] fp32/bf16/fp16.
+    num_warps: None picks choose_block's (benchmarks sweep it)."""
     num_rows, vocab_size = logits.shape
     if not 1 <= vocab_size <= MAX_VOCAB:
         raise ValueError(f"sample_rows_triton supports 1 <= V <= {MAX_VOCAB}, got V={vocab_size}")
@@ -158,7 +159,8 @@ def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
         return out
     if logits.stride(1) != 1:
         logits = logits.contiguous()
-    block_v, num_warps = choose_block(vocab_size)
+    block_v, default_warps = choose_block(vocab_size)
+    num_warps = num_warps or default_warps
     do_sample = do_sample.view(torch.uint8)  # the same bytes (0/1) as a plain integer pointer
     _sample_rows_kernel[(num_rows,)](
         logits, temperature, top_k, top_p, do_sample, keys, out,
