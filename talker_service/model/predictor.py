@@ -89,11 +89,13 @@ class CodePredictor(nn.Module):
             cos = cos_table[start:start + length].expand(bs, length, -1)
             sin = sin_table[start:start + length].expand(bs, length, -1)
             hidden = self.model.run(x, cos, sin, cache, None)[:, -1]  # [bs, Hp]: causal by position
-            logits = linear(hidden, self.lm_head[group - 1].weight).float()  # [bs, vocab]
+            # [bs, vocab] in the model dtype: the sampler widens it itself (on the GPU inside its one
+            # launch, where bf16 keys also halve the top-k bisection), so no float copy here
+            logits = linear(hidden, self.lm_head[group - 1].weight)
             code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
             codes.append(code)
             if return_logits:
-                all_logits.append(logits)
+                all_logits.append(logits.float())
             if group < cfg.num_residual_groups:
                 # codebook `group` is embedded by table group-1 and fed at position group+1
                 x = self._project(self.model.codec_embedding[group - 1](code))[:, None]
