@@ -171,11 +171,11 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
 
 def test_a_runner_fault_fails_the_requests_of_that_batch_and_serving_goes_on(model):
     class FaultyOnce(DecoderRunner):
-        def decode(self, codes, slots, lengths):
+        def launch(self, codes, slots, lengths):   # what the engine calls (decode() is launch().wait())
             if codes.shape[2] == 4 and not getattr(self, "faulted", False):   # the first 4-frame chunk
                 self.faulted = True
                 raise RuntimeError("simulated device fault")
-            return super().decode(codes, slots, lengths)
+            return super().launch(codes, slots, lengths)
 
     runner = FaultyOnce(model, max_slots=2)
     engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=2, chunk=ChunkPolicy(2, 4, max_wait_ms=0.0),
@@ -194,6 +194,48 @@ def test_a_runner_fault_fails_the_requests_of_that_batch_and_serving_goes_on(mod
     assert engine.num_active == 0 and engine.slots.num_free == 2 and engine.stats["failed"] == 2
     np.testing.assert_allclose(np.concatenate([o.pcm for o in outs]), offline_pcm(model, random_codes(71, 3)),
                                rtol=0, atol=ATOL)
+
+
+def test_a_step_queues_every_batch_before_reading_any_and_a_read_fault_fails_only_its_batch(model):
+    """Two streams at different ramp stages decode as two batches (2 and 4 frames) in one step: both
+    are launched before either is read back; a fault when the second is read fails only its stream,
+    and the first stream's audio still equals the offline decode."""
+    class Logged(DecoderRunner):
+        log: list = []
+
+        def launch(self, codes, slots, lengths):
+            pending, log, t = super().launch(codes, slots, lengths), self.log, codes.shape[2]
+            log.append(("launch", t))
+
+            class Read:
+                is_graph = pending.is_graph
+
+                def wait(self):
+                    log.append(("read", t))
+                    if t == 4:
+                        raise RuntimeError("simulated fault reading the 4-frame batch back")
+                    return pending.wait()
+            return Read()
+
+    runner = Logged(model, max_slots=2)
+    # launches cost nothing in the merge model: the 2- and 4-frame chunks stay two batches
+    engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=2, chunk=ChunkPolicy(2, 4, max_wait_ms=0.0,
+                                                                                   quick_first_max_streams=0),
+                                                       samples_per_frame=SPF, launch_cost_row_frames=0.0))
+    engine.open("late")
+    engine.add_frames("late", 0, random_codes(72, 6), is_final=False)
+    first = engine.step()                                                # late: chunk of 2
+    engine.open("early")
+    engine.add_frames("early", 0, random_codes(73, 2), is_final=True)
+    Logged.log.clear()
+    outs = engine.step()                                                 # early 2 frames + late 4 frames
+    assert Logged.log == [("launch", 2), ("launch", 4), ("read", 2), ("read", 4)]
+    errors = [o for o in outs if isinstance(o, ErrorOut)]
+    assert [e.request_id for e in errors] == ["late"] and "simulated fault" in errors[0].message
+    early = [o for o in outs if not isinstance(o, ErrorOut)]
+    assert [o.request_id for o in early] == ["early"] and early[0].is_final
+    assert len(first) == 1 and engine.num_active == 0
+    np.testing.assert_allclose(early[0].pcm, offline_pcm(model, random_codes(73, 2)), rtol=0, atol=ATOL)
 
 
 def _bad_steps():

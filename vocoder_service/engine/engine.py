@@ -26,6 +26,26 @@ from vocoder_service.engine.slots import SlotPool, SlotPoolFull
 from vocoder_service.engine.stream_state import StreamState
 from vocoder_service.runtime.stats import HostTimes
 
+class _Decoded:
+    """A runner without launch(): its decode() already ran; wait() hands the result over."""
+
+    def __init__(self, pcm: np.ndarray, is_graph: bool) -> None:
+        self.pcm, self.is_graph = pcm, is_graph
+
+    def wait(self) -> np.ndarray:
+        return self.pcm
+
+
+def launch_decode(runner, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray):
+    """runner.launch(...) (queued: `.wait()` -> pcm, `.is_graph`), or runner.decode(...) at once for
+    a runner that has only that (test and benchmark stand-ins)."""
+    launch = getattr(runner, "launch", None)
+    if launch is not None:
+        return launch(codes, slots, lengths)
+    pcm = runner.decode(codes, slots, lengths)
+    return _Decoded(pcm, bool(getattr(runner, "last_step_is_graph", False)))
+
+
 # The output types and NUM_CODE_GROUPS live in sibling modules; re-exported because the server,
 # tests and benchmarks import them from here.
 __all__ = ["NUM_CODE_GROUPS", "ChunkTiming", "EngineError", "ErrorOut", "PcmOut", "VocoderEngine"]
@@ -36,7 +56,8 @@ logger = logging.getLogger(__name__)
 class VocoderEngine:
     def __init__(self, runner, config: VocoderEngineConfig, clock=time.monotonic) -> None:
         """`runner.decode(codes [bs,16,t] int, slots [bs], lengths [bs]) -> pcm [bs, t*spf]` and
-        `runner.reset(slots)`; it owns the device and the CUDA graphs. decode's result must be fresh
+        `runner.reset(slots)`; it owns the device and the CUDA graphs. An optional `runner.launch`
+        (same arguments -> an object with `.wait()` -> pcm and `.is_graph`) queues a decode instead. decode's result must be fresh
         memory (no later decode may overwrite it): emitted chunks are views of its rows.
         An optional `runner.covering_shape(bs, t) -> (B, T) | None` lets batch planning cost a
         batch by the captured graph it would really replay."""
@@ -181,26 +202,41 @@ class VocoderEngine:
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
-        for batch in batches:
-            out.extend(self._run_batch(batch))
+        # every batch queued first, then read in order: the device goes from one to the next while
+        # the host gathers the next batch's codes and emits the previous one's chunks
+        launched = [self._launch_batch(batch) for batch in batches]
+        for batch, launch in zip(batches, launched):
+            out.extend(self._finish_batch(batch, *launch))
         return out
 
-    def _run_batch(self, batch: PlannedBatch) -> list[PcmOut | ErrorOut]:
+    def _launch_batch(self, batch: PlannedBatch) -> tuple:
+        """-> (pending decode or the exception that stopped it, the rows' arrival times, decode start)."""
         clock = time.perf_counter
         gather_started = clock()
-        t, spf = batch.frames_bucket, self.config.samples_per_frame
         codes, slots, lengths, arrivals = gather_batch(batch, self.streams, self.clock)
         decode_start_s, started = self.clock(), clock()
         self.host_times.add("gather", started - gather_started)
         try:
-            pcm = self.runner.decode(codes, slots, lengths)   # [bs, t*spf] float32, fresh memory
+            pending = launch_decode(self.runner, codes, slots, lengths)
+        except Exception as exc:  # noqa: BLE001 - reported for this batch in _finish_batch
+            pending = exc
+        return pending, arrivals, decode_start_s, started
+
+    def _finish_batch(self, batch: PlannedBatch, pending, arrivals, decode_start_s: float,
+                      started: float) -> list[PcmOut | ErrorOut]:
+        clock = time.perf_counter
+        t, spf = batch.frames_bucket, self.config.samples_per_frame
+        try:
+            if isinstance(pending, Exception):
+                raise pending
+            pcm = pending.wait()   # [bs, t*spf] float32, fresh memory
         except Exception as exc:  # a device or runner fault: fail this batch's requests, keep serving the rest
             logger.exception("decode of a batch of %d x %d frames failed", batch.batch_size, t)
             return [self._fail(self.streams[row.request_id], "INTERNAL", f"request {row.request_id!r}: decode failed: "
                                f"{type(exc).__name__}: {exc}") for row in batch.rows]
         emit_started = clock()
         decode_ms = (emit_started - started) * 1e3
-        is_graph = bool(getattr(self.runner, "last_step_is_graph", False))
+        is_graph = pending.is_graph
         self.stats["decode_calls"] += 1
         out: list[PcmOut | ErrorOut] = []
         for i, row in enumerate(batch.rows):

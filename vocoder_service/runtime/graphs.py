@@ -43,6 +43,18 @@ NUM_WARMUP_RUNS = 2
 StepBody = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+class PendingPcm:
+    """A decode queued on the device: `wait()` -> host pcm [bs, t*spf] float32 (fresh, pinned memory)."""
+
+    def __init__(self, out: torch.Tensor, done: torch.cuda.Event | None, num_samples: int, is_graph: bool) -> None:
+        self.out, self.done, self.num_samples, self.is_graph = out, done, num_samples, is_graph
+
+    def wait(self) -> np.ndarray:
+        if self.done is not None:
+            self.done.synchronize()
+        return self.out.numpy()[:, : self.num_samples]
+
+
 class CapturedStep:
     """One captured step: static device inputs, the graph, and its static output."""
 
@@ -65,7 +77,7 @@ class CapturedStep:
         self.host_lengths = _host_buffer((batch_size,), is_cuda)
         self.graph = None
         self.out = None          # [B, T*spf] float32 device output (the graph's, once captured)
-        self.done = None         # event after the output copy: the only host<->device sync per step
+        self.uploaded = None     # event after the last input copies: the staging is free again after it
         if not is_cuda:
             return  # emulation: run() calls the body eagerly on the padded buffers
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
@@ -87,7 +99,6 @@ class CapturedStep:
             # first request of each shape.
             self.graph.replay()
             torch.cuda.current_stream(device).synchronize()
-        self.done = torch.cuda.Event()
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
         """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> host pcm [bs, t*spf] float32.
@@ -96,37 +107,50 @@ class CapturedStep:
         pinned block from torch's caching host allocator, filled by one async copy, that returns
         to the cache once the last view of it is gone, so no host-side copy is ever made.
         """
+        pending = self.launch(codes, slots, lengths, times)
+        waited = time.perf_counter()
+        pcm = pending.wait()
+        if times is not None:
+            times.add("wait", time.perf_counter() - waited)
+        return pcm
+
+    def launch(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray,
+               times: HostTimes | None = None) -> PendingPcm:
+        """run() without waiting: inputs copied in, the graph replayed and its real rows' copy to the
+        host queued, all before any later launch can overwrite the static output."""
         bs, _, t = codes.shape
         if bs > self.batch_size or t > self.num_frames:
             raise ValueError(f"a ({bs}, {t}) step does not fit the ({self.batch_size}, {self.num_frames}) graph")
         clock = time.perf_counter
         started = clock()
+        if self.uploaded is not None:   # a launch of this shape earlier in the step: its copies have run
+            self.uploaded.synchronize()
         fill_padded(self.host_codes.numpy(), self.host_slots.numpy(), self.host_lengths.numpy(),
                     codes, slots, lengths, self.scratch_slot)
         staged = clock()
-        # non_blocking is safe: run() waits on `done` (after the copies, in stream order) before it
-        # returns, so the pinned inputs are free again before the next run can refill them.
+        # non_blocking from pinned staging: `uploaded` marks when the DMA has read it
         self.codes.copy_(self.host_codes, non_blocking=True)
         self.slots.copy_(self.host_slots, non_blocking=True)
         self.lengths.copy_(self.host_lengths, non_blocking=True)
+        num_samples = t * self.decoder.samples_per_frame
         if self.graph is not None:
+            self.uploaded = torch.cuda.Event()
+            self.uploaded.record()
             self.graph.replay()
             # Whole real rows: one contiguous block, padding rows never cross the bus.
             out = torch.empty((bs, self.out.shape[1]), dtype=torch.float32, pin_memory=True)
             out.copy_(self.out[:bs], non_blocking=True)
-            self.done.record()
-            launched = clock()
-            self.done.synchronize()
+            done = torch.cuda.Event()
+            done.record()
+            pending = PendingPcm(out, done, num_samples, is_graph=True)
         else:
             # Emulation: the body may return a static buffer (as a graph does): copy the real rows out.
             out = self.body(self.codes, self.slots, self.lengths)[:bs].float().clone()
-            launched = clock()
-        waited = clock()
+            pending = PendingPcm(out, None, num_samples, is_graph=True)
         if times is not None:
             times.add("stage", staged - started)
-            times.add("launch", launched - staged)
-            times.add("wait", waited - launched)
-        return out.numpy()[:, : t * self.decoder.samples_per_frame]
+            times.add("launch", clock() - staged)
+        return pending
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import torch
 from vocoder_service.codec import Code2Wav, StreamingDecoder
 from vocoder_service.codec.validation import check_step_arrays
 from vocoder_service.runtime.compile_plan import CompilePlan, compile_step
-from vocoder_service.runtime.graphs import CaptureReport, GraphTable, StepBody
+from vocoder_service.runtime.graphs import CaptureReport, GraphTable, PendingPcm, StepBody
 from vocoder_service.runtime.stats import RunnerStats
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,11 @@ class DecoderRunner:
         The result is fresh memory owned by the caller (never reused by a later decode), so the
         engine hands out row views without copying.
         """
+        return self.launch(codes, slots, lengths).wait()
+
+    def launch(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray) -> "PendingDecode":
+        """decode() without waiting for the device: the engine queues every batch of a step, then
+        reads them in order, so the GPU does not idle while the host gathers and emits."""
         times, clock = self.stats.host_times, time.perf_counter
         started = clock()
         # Host-side checks before any device work: a bad call raises ValueError with state untouched.
@@ -121,21 +126,44 @@ class DecoderRunner:
         times.add("check", checked - started)
         captured = self.graphs.find(bs, t) if self.graphs is not None else None
         if captured is not None:
-            out = captured.run(codes, slots, lengths, times)
+            pending = captured.launch(codes, slots, lengths, times)
         else:
             if self.graphs is not None:
                 self.stats.uncaptured_shapes[(bs, t)] += 1
-            pcm = self.decoder.step_unchecked(torch.from_numpy(codes).to(self.device),
-                                              torch.from_numpy(slots).to(self.device),
-                                              torch.from_numpy(lengths).to(self.device))
-            launched = clock()
-            out = pcm.float().cpu().numpy()   # the copy back is the sync point: timing below is real
-            times.add("launch", launched - checked)
-            times.add("wait", clock() - launched)
-        elapsed_ms = (clock() - checked) * 1e3
+            # non_blocking from pageable memory: staged before the call returns, and no wait for
+            # the batches queued before this one
+            pcm = self.decoder.step_unchecked(*(torch.from_numpy(a).to(self.device, non_blocking=True)
+                                                for a in (codes, slots, lengths))).float()
+            if pcm.device.type == "cuda":   # an async copy into pinned memory, read after an event
+                out = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
+                out.copy_(pcm, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record()
+                pending = PendingPcm(out, done, pcm.shape[1], is_graph=False)
+            else:
+                pending = PendingPcm(pcm, None, pcm.shape[1], is_graph=False)
+            times.add("launch", clock() - checked)
         times.count_call()
         self.last_step_is_graph = captured is not None
-        self.stats.record(bs, t, captured is not None, elapsed_ms)
+        return PendingDecode(pending, self.stats, bs, t, checked)
+
+
+class PendingDecode:
+    """A runner decode queued on the device; `wait()` -> host pcm, recording the call's stats."""
+
+    def __init__(self, pcm: PendingPcm, stats: RunnerStats, batch_size: int, num_frames: int,
+                 launched_s: float) -> None:
+        self.pcm, self.stats, self.batch_size, self.num_frames = pcm, stats, batch_size, num_frames
+        self.launched_s = launched_s
+        self.is_graph = pcm.is_graph
+
+    def wait(self) -> np.ndarray:
+        waited_s = time.perf_counter()
+        out = self.pcm.wait()
+        now_s = time.perf_counter()
+        self.stats.host_times.add("wait", now_s - waited_s)
+        # from launch to read-back: with several batches queued it includes those queued before
+        self.stats.record(self.batch_size, self.num_frames, self.is_graph, (now_s - self.launched_s) * 1e3)
         return out
 
     # ---- one-pass decode (admin) -------------------------------------------------------------
