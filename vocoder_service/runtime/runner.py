@@ -147,25 +147,6 @@ class DecoderRunner:
         self.last_step_is_graph = captured is not None
         return PendingDecode(pending, self.stats, bs, t, checked)
 
-
-class PendingDecode:
-    """A runner decode queued on the device; `wait()` -> host pcm, recording the call's stats."""
-
-    def __init__(self, pcm: PendingPcm, stats: RunnerStats, batch_size: int, num_frames: int,
-                 launched_s: float) -> None:
-        self.pcm, self.stats, self.batch_size, self.num_frames = pcm, stats, batch_size, num_frames
-        self.launched_s = launched_s
-        self.is_graph = pcm.is_graph
-
-    def wait(self) -> np.ndarray:
-        waited_s = time.perf_counter()
-        out = self.pcm.wait()
-        now_s = time.perf_counter()
-        self.stats.host_times.add("wait", now_s - waited_s)
-        # from launch to read-back: with several batches queued it includes those queued before
-        self.stats.record(self.batch_size, self.num_frames, self.is_graph, (now_s - self.launched_s) * 1e3)
-        return out
-
     # ---- one-pass decode (admin) -------------------------------------------------------------
     def decode_offline(self, codes: np.ndarray) -> np.ndarray:
         """codes [n,16] -> pcm [n*spf] float32 by one exact forward over all frames (no slot used)."""
@@ -184,3 +165,22 @@ class PendingDecode:
         return {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
                 "max_slots": self.max_slots, "samples_per_frame": self.samples_per_frame,
                 "num_graphs": len(self.graphs) if self.graphs is not None else 0}
+
+
+class PendingDecode:
+    """A runner decode queued on the device; `wait()` -> host pcm, recording the call's stats."""
+
+    def __init__(self, pcm: PendingPcm, stats: RunnerStats, batch_size: int, num_frames: int,
+                 launched_s: float) -> None:
+        self.pcm, self.stats, self.batch_size, self.num_frames = pcm, stats, batch_size, num_frames
+        self.launched_s = launched_s
+        self.is_graph = pcm.is_graph
+
+    def wait(self) -> np.ndarray:
+        waited_s = time.perf_counter()
+        out = self.pcm.wait()
+        now_s = time.perf_counter()
+        self.stats.host_times.add("wait", now_s - waited_s)
+        # from launch to read-back: with several batches queued it includes those queued before
+        self.stats.record(self.batch_size, self.num_frames, self.is_graph, (now_s - self.launched_s) * 1e3)
+        return out
