@@ -238,46 +238,6 @@ def test_a_step_queues_every_batch_before_reading_any_and_a_read_fault_fails_onl
     np.testing.assert_allclose(early[0].pcm, offline_pcm(model, random_codes(73, 2)), rtol=0, atol=ATOL)
 
 
-def test_a_new_streams_first_chunk_goes_first_and_leaves_before_the_rest_of_the_step_is_read(model):
-    """A step with a running stream's last frame (1-frame bucket) and a new stream's first chunk
-    (2 frames): the first chunk's batch is launched first, and on_batch gets its audio before the
-    other batch is even read back; the rest comes back from step() as before."""
-    class Logged(DecoderRunner):
-        log: list = []
-
-        def launch(self, codes, slots, lengths):
-            pending, log, t = super().launch(codes, slots, lengths), self.log, codes.shape[2]
-            log.append(("launch", t))
-
-            class Read:
-                is_graph = pending.is_graph
-
-                def wait(self):
-                    log.append(("read", t))
-                    return pending.wait()
-            return Read()
-
-    runner = Logged(model, max_slots=2)
-    engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=2, chunk=ChunkPolicy(2, 4, max_wait_ms=0.0,
-                                                                                   quick_first_max_streams=0),
-                                                       samples_per_frame=SPF, launch_cost_row_frames=0.0))
-    engine.open("old")
-    engine.add_frames("old", 0, random_codes(74, 7), is_final=True)   # chunks 2, 4, then its last 1
-    engine.step()
-    engine.step()
-    engine.open("new")
-    engine.add_frames("new", 0, random_codes(75, 3), is_final=False)  # first chunk: 2 frames
-    Logged.log.clear()
-    early = []
-    rest = engine.step(on_batch=lambda outs: early.append((list(Logged.log), outs)))
-    assert Logged.log == [("launch", 2), ("launch", 1), ("read", 2), ("read", 1)]
-    [(log_then, outs)] = early
-    assert log_then == [("launch", 2), ("launch", 1), ("read", 2)]   # before the old stream's batch is read
-    assert [(o.request_id, o.seq) for o in outs] == [("new", 0)]
-    assert [o.request_id for o in rest] == ["old"] and rest[0].is_final
-    np.testing.assert_allclose(outs[0].pcm, offline_pcm(model, random_codes(75, 3))[: 2 * SPF], rtol=0, atol=ATOL)
-
-
 def _bad_steps():
     ok = np.zeros((2, 16, 3), np.int64)
     big = ok.copy()

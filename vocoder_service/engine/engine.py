@@ -188,12 +188,8 @@ class VocoderEngine:
     def has_work(self) -> bool:
         return bool(self.ready_rows())
 
-    def step(self, on_batch: Callable[[list[PcmOut | ErrorOut]], None] | None = None) -> list[PcmOut | ErrorOut]:
-        """Decode every ready chunk once (one or more batches); return the PCM and errors to send.
-
-        Batches holding a stream's first audio go first. With `on_batch`, each of those batches'
-        outputs is handed to it as soon as the batch is read, so a new stream's first chunk leaves
-        before the rest of the step (everyone's steady chunks) is done; the rest is returned."""
+    def step(self) -> list[PcmOut | ErrorOut]:
+        """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
         started = time.perf_counter()
         rows = self.ready_rows()
         out: list[PcmOut | ErrorOut] = []
@@ -206,18 +202,11 @@ class VocoderEngine:
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
-        starting = [b for b in batches if any(row.emit and self.streams[row.request_id].num_chunks_emitted == 0
-                                               for row in b.rows)]
-        batches = starting + [b for b in batches if all(b is not s for s in starting)]
         # every batch queued first, then read in order: the device goes from one to the next while
         # the host gathers the next batch's codes and emits the previous one's chunks
         launched = [self._launch_batch(batch) for batch in batches]
-        for i, (batch, launch) in enumerate(zip(batches, launched)):
-            outs = self._finish_batch(batch, *launch)
-            if on_batch is not None and i < len(starting):
-                on_batch(outs)
-            else:
-                out.extend(outs)
+        for batch, launch in zip(batches, launched):
+            out.extend(self._finish_batch(batch, *launch))
         return out
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:

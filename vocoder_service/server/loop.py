@@ -106,11 +106,8 @@ class VocoderServer:
             self.maintenance()   # right after receive: peers are judged on everything they sent
             self.run_admin_jobs()
             self.emit(self.engine.expire(self.talker_last_heard_s))
-        decode_calls = self.engine.stats["decode_calls"]
-        # the lock is free: heartbeats leave while this decodes; new streams' first chunks leave
-        # as soon as their batch is read (emit_now), the rest of the step after it
-        outs = self.engine.step(on_batch=self.emit_now)
-        if self.config.debug_step_delay_s > 0 and (outs or self.engine.stats["decode_calls"] > decode_calls):
+        outs = self.engine.step()   # the lock is free: heartbeats leave while this decodes
+        if outs and self.config.debug_step_delay_s > 0:
             time.sleep(self.config.debug_step_delay_s)
         with self.sockets_lock:
             self.emit(outs)
@@ -184,11 +181,6 @@ class VocoderServer:
         job.future.set_result(stats)
 
     # ---- send ------------------------------------------------------------------------------------
-    def emit_now(self, outs: list[PcmOut | ErrorOut]) -> None:
-        """emit() from the engine step, which runs without the sockets lock."""
-        with self.sockets_lock:
-            self.emit(outs)
-
     def emit(self, outs: list[PcmOut | ErrorOut]) -> None:
         pcm_by_gateway: dict[str | None, list[PcmOut]] = {}   # one PCM message per gateway per step
         for out in outs:
