@@ -24,6 +24,10 @@
 #   decode-kernels           the frame step's sampling (one-launch whole-row kernel vs the sort path) and slot
 #                            attention (block / warp sweep) at batch 1, 64, 256 (benchmarks/bench_decode_kernels.py)
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#   e2e-ab                   same-machine A/B of the stack at default flags: the tree in build/base.tar
+#                            (scripts/ab_base.sh COMMIT writes it; carry "build") against this one,
+#                            alternated AB_ROUNDS (2) times at AB_LEVELS (256), each run at most
+#                            AB_RUN_TIMEOUT_S (150) s; one line per run in ab.txt, the JSONs ab-*.json
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -148,6 +152,29 @@ e2e_mps() {
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
+e2e_ab() {
+  if [ ! -f build/base.tar ]; then
+    echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$OUT/ab.txt"
+    return 1
+  fi
+  local base=/tmp/ab-base head=$PWD round side dir commit
+  rm -rf "$base" && mkdir -p "$base" && tar -xf build/base.tar -C "$base"
+  local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
+  base_commit=$(cat build/base.commit 2>/dev/null || echo base)
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for side in base head; do
+      if [ "$side" = base ]; then dir=$base commit=$base_commit; else dir=$head commit=$head_commit; fi
+      # each side runs its own tree's bench_e2e and stack; both read the one checkpoint
+      (cd "$dir" && QWEN3_TTS_COMMIT=$commit timeout "${AB_RUN_TIMEOUT_S:-150}" python3 benchmarks/bench_e2e.py \
+        --model "$CKPT" --device cuda --concurrency "${AB_LEVELS:-256}" --out "$OUT/ab-$side$round-$commit.json" \
+        > "/tmp/ab-$side$round.log" 2>&1)
+      echo "== $side $commit round $round (exit $?)" >> "$OUT/ab.txt"
+      grep -A2 "^c=" "/tmp/ab-$side$round.log" >> "$OUT/ab.txt" || tail -5 "/tmp/ab-$side$round.log" >> "$OUT/ab.txt"
+    done
+  done
+  cat "$OUT/ab.txt"
+}
+
 e2e_two_gpus() {
   # issue #13: the sweep through the compose stack (per-replica load split per level), then one
   # vocoder replica SIGKILLed under KILL_STREAMS streams (benchmarks/replica_kill.py: how its streams
@@ -257,6 +284,7 @@ for w in $which; do
       python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
         --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
     e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
+    e2e-ab) install_wheels; random_checkpoint; e2e_ab ;;
     e2e-clone) install_wheels; e2e_clone ;;
     e2e-design)   # the VoiceDesign workload (a voice described in words) on its own random checkpoint
       install_wheels
