@@ -6,7 +6,7 @@ A "loop" thread replays a ~5 ms CUDA graph (a matmul chain, standing in for the 
 step) and reads its output back, over and over; meanwhile the main thread times an
 "encoder": 400 small eager kernels on a stream of its own (standing in for the voice encoders).
 Read-back modes: `idle` (no loop thread), `cpu` (`tensor.cpu()`, a pageable copy), `event`
-(event record + synchronize, no copy) and `to_host` (talker_service.host_copy: pinned async copy
+(event record + synchronize, no copy) and `to_host` (service_common.host_copy: pinned async copy
 + event wait, what the talker uses). On the H200 (2026-11-25, `39ae1e5`): idle 27.8 ms, cpu 3639 ms,
 event 43.0 ms, to_host 42.7 ms (benchmarks/results/2026-11-25-probe-stream-starvation-h200.json).
 """
@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from talker_service.host_copy import to_host  # noqa: E402
+from service_common.host_copy import to_host  # noqa: E402
 
 MODES = ("idle", "cpu", "event", "to_host")
 

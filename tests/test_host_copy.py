@@ -1,4 +1,4 @@
-"""talker_service.host_copy.to_host: values, dtype and shape as `.cpu()` gives them.
+"""service_common.host_copy.to_host: values, dtype and shape as `.cpu()` gives them.
 
 The point of it (other threads' launches keep going while it waits) only shows on a GPU:
 benchmarks/probe_stream_starvation.py measures it there. On CPU it must simply be the values.
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from talker_service.host_copy import WaitClock, to_host
+from service_common.host_copy import WaitClock, to_host
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.int16])

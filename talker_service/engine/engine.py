@@ -24,6 +24,7 @@ from typing import Callable, Container, Hashable, Iterable
 import numpy as np
 import torch
 
+from service_common.host_copy import HostCopy
 from talker_service.engine.config import EngineConfig
 from talker_service.engine.prefill_plan import PrefillJob, plan_step
 from talker_service.engine.prefiller import PendingPrefill, PrefillChunk
@@ -31,7 +32,6 @@ from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest
 from talker_service.engine.runner import ModelRunner
 from talker_service.engine.scheduler import Scheduler
 from talker_service.engine.stats import EngineStats
-from talker_service.host_copy import HostCopy
 from talker_service.model import SamplingParams
 from talker_service.prompt import PromptRequest, TextFeed, embed_prepared, prepare_prefill, validate_request
 

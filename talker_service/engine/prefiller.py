@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from service_common.host_copy import HostCopy, WaitClock, to_device_async
 from talker_service.engine.graphs import GraphStats
 from talker_service.engine.prefill_graphs import CapturedPrefill, PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import FRESH, KINDS, PrefillShapes
-from talker_service.host_copy import HostCopy, WaitClock, to_device_async
 
 logger = logging.getLogger(__name__)
 
@@ -34,21 +34,21 @@ class PendingPrefill:
     """A step's prefill forwards, queued: `wait()` -> codes [k, 16] int64 of frame 0 of the chunks
     that end their prompt, in the chunks' order."""
 
-    def __init__(self, codes: HostCopy | None, order: list[int], is_last: list[bool]) -> None:
-        self.codes, self.order, self.is_last = codes, order, is_last
+    def __init__(self, copies: list[HostCopy], order: list[int], is_last: list[bool]) -> None:
+        self.copies, self.order, self.is_last = copies, order, is_last   # one copy per forward, in order
 
     def wait(self, clock: WaitClock | None = None) -> np.ndarray:
-        if self.codes is None:
+        if not self.copies:
             return np.zeros((0, 16), dtype=np.int64)
-        by_index = dict(zip(self.order, self.codes.wait(clock)))
+        rows = np.concatenate([copy.wait(clock) for copy in self.copies])
+        by_index = dict(zip(self.order, rows))
         return np.stack([by_index[i] for i, last in enumerate(self.is_last) if last])
 
 
 class Prefiller:
     def __init__(self, step: PrefillStep, shapes: PrefillShapes, scratch_slot: int, stats: GraphStats,
-                 graphs: PrefillGraphTable | None, wait_clock: WaitClock | None = None) -> None:
+                 graphs: PrefillGraphTable | None) -> None:
         self.step, self.shapes, self.scratch_slot, self.stats, self.graphs = step, shapes, scratch_slot, stats, graphs
-        self.wait_clock = wait_clock   # time waited on the read-back, for the loop's host time
         self.is_padding = scratch_slot >= 0
         self._eager_shapes: dict[tuple[str, int, int], CapturedPrefill] = {}   # fallback buffers, made on first use
 
@@ -56,13 +56,10 @@ class Prefiller:
         """Index-row values of a padding row: the scratch slot from position 0, sampled there."""
         return [self.scratch_slot, 0, 0, self.scratch_slot]
 
-    def run(self, chunks: list[PrefillChunk]) -> np.ndarray:
-        """-> codes [k, 16] int64 of frame 0 of the k chunks that end their prompt, in their order."""
-        return self.launch(chunks).wait(self.wait_clock)
-
     @torch.no_grad()
     def launch(self, chunks: list[PrefillChunk]) -> PendingPrefill:
-        """The forwards queued, with one copy of all first frames to the host (one sync to read)."""
+        """The forwards queued, each with its first frames' copy to the host; `.wait()` -> codes
+        [k, 16] int64 of frame 0 of the k chunks that end their prompt, in their order."""
         for chunk in chunks:
             if chunk.embeds.shape[0] < 1 or chunk.embeds.shape[0] > self.shapes.max_chunk:
                 raise ValueError(f"a prefill chunk has 1..{self.shapes.max_chunk} positions, "
@@ -81,27 +78,26 @@ class Prefiller:
             if codes is not None:
                 order += ends
                 outputs.append(codes)
-        is_last = [c.is_last for c in chunks]
-        if not outputs:
-            return PendingPrefill(None, order, is_last)
-        return PendingPrefill(HostCopy(torch.cat(outputs)), order, is_last)   # one host sync for both forwards
+        return PendingPrefill(outputs, order, [c.is_last for c in chunks])
 
-    def _forward(self, kind: str, chunks: list[PrefillChunk]) -> torch.Tensor | None:
-        """One forward of same-kind chunks -> device codes of those that end their prompt (None: none do)."""
+    def _forward(self, kind: str, chunks: list[PrefillChunk]) -> HostCopy | None:
+        """One forward of same-kind chunks -> the codes of those that end their prompt, on their way
+        to the host (None: none do). The copy is queued right after the forward: the other kind's
+        replay may reuse this graph's output memory (all graphs share one pool)."""
         lengths = [c.embeds.shape[0] for c in chunks]
         ends = [i for i, c in enumerate(chunks) if c.is_last]
         if not self.is_padding:
-            return self._forward_unpadded(kind, chunks, lengths, ends)
+            codes = self._forward_unpadded(kind, chunks, lengths, ends)
+            return None if codes is None else HostCopy(codes)
         shape = (kind, self.shapes.prompt_bucket(len(chunks)), self.shapes.length_bucket(max(lengths)))
         rows = np.array([[c.slot for c in chunks], [c.start for c in chunks], [n - 1 for n in lengths],
                          [c.slot if c.is_last else self.scratch_slot for c in chunks]], dtype=np.int64)   # [4, n]
         codes = self._shape(shape, sum(lengths)).run([c.embeds for c in chunks], rows)
         if not ends:
             return None
-        # a copy, queued now: the other kind's replay may reuse this graph's output memory (one pool)
-        if len(ends) == len(chunks):
-            return codes.clone()
-        return codes[to_device_async(torch.tensor(ends), codes.device)]   # (to_device_async: no stream sync)
+        if len(ends) < len(chunks):
+            codes = codes[to_device_async(torch.tensor(ends), codes.device)]   # (to_device_async: no stream sync)
+        return HostCopy(codes)
 
     def _shape(self, shape: tuple[str, int, int], num_real_tokens: int) -> CapturedPrefill:
         """The captured step of this shape, or (counted) the same step eagerly on buffers of that shape."""

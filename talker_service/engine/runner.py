@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from service_common.host_copy import HostCopy, WaitClock
 from talker_service.engine.config import EngineConfig, kv_slots_that_fit
 from talker_service.engine.graphs import DecodeGraphTable, DecodeStep, GraphStats
 from talker_service.engine.prefill_graphs import PrefillGraphTable, PrefillStep
 from talker_service.engine.prefill_plan import PrefillShapes
 from talker_service.engine.prefiller import PendingPrefill, PrefillChunk, Prefiller
 from talker_service.engine.warmup import warm_up
-from talker_service.host_copy import HostCopy, WaitClock
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerModel
 from talker_service.prompt import PromptVocab
 
@@ -74,7 +74,7 @@ class ModelRunner:
                                                emulate=emulate, pool=self.graphs.pool)
             prefill_graphs.capture(self.prefill_shapes.all(), self.graph_stats)
         self.prefiller = Prefiller(prefill_step, self.prefill_shapes, self.scratch_slot, self.graph_stats,
-                                   prefill_graphs, self.wait_clock)
+                                   prefill_graphs)
         logger.info("talker runner: %d slots x %d positions on %s (KV cache %.1f MiB), decode buckets %s, "
                     "prefill %s prompts x %s positions (budget %d per step), graphs %s%s", config.max_slots,
                     config.max_seq_len, device, self.kv_cache_bytes / 2**20, self.buckets,

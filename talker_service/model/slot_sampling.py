@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from talker_service.host_copy import to_device_async
+from service_common.host_copy import to_device_async
 from talker_service.model.sampling import RowSampling, SamplingParams
 
 

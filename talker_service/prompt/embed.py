@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from talker_service.host_copy import to_device_async
+from service_common.host_copy import to_device_async
 
 from .layout import NO_CODEC, NO_TEXT, SPEAKER, PromptPlan
 

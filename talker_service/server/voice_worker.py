@@ -4,7 +4,7 @@ Under load one encode at a time made every clone request wait for all before it:
 beside a busy talker a 5 s in-context reference took p50 186 ms and up to 1.7 s (an x-vector alone
 is 8 ms on an idle GPU), so clone TTFA p95 grew from 2.3 s at 4 streams to 13 s at 32. Most of
 that wait turned out to be the decode loop's pageable read-backs holding up this thread's kernel
-launches (fixed by talker_service/host_copy.py); what is left per forward is paid once per batch.
+launches (fixed by service_common/host_copy.py); what is left per forward is paid once per batch.
 So the thread blocks for the first job, takes every other job already queued (up to
 `max_batch_jobs`) and encodes them together (`ReferenceEncoder`: one mel, speaker-encoder and
 codec-encoder forward per padded-audio budget). Per job, the cache is asked first, as before;

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from talker_service.host_copy import to_host
+from service_common.host_copy import to_host
 from talker_service.voice.codec_encoder import CodecEncoder
 from talker_service.voice.mel import LogMelSpectrogram
 from talker_service.voice.reference_audio import ReferenceAudioLimits, resample_to_24k, validate_reference_audio

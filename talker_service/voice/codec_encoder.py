@@ -31,7 +31,7 @@ from checkpoint import layout
 from checkpoint.errors import CheckpointError
 from checkpoint.model_files import ModelCheckpoint, open_checkpoint
 from checkpoint.state import load_state, read_tensors
-from talker_service.host_copy import to_host
+from service_common.host_copy import to_host
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ extra rows are silent clips and every row is zero-padded to the bucket's length;
 frames stay its own (the encoders mask each row to its own length, batch_encode.py), so this
 changes no real clip's result beyond the rounding batched kernels already have.
 Caveat: those 0.4-1 s were measured beside running streams, before the decode loop stopped
-stalling this thread's launches (talker_service/host_copy.py); how much a cold shape costs on
+stalling this thread's launches (service_common/host_copy.py); how much a cold shape costs on
 its own has not been measured since.
 """
 from __future__ import annotations

@@ -26,6 +26,7 @@ from vocoder_service.engine.slots import SlotPool, SlotPoolFull
 from vocoder_service.engine.stream_state import StreamState
 from vocoder_service.runtime.stats import HostTimes
 
+
 class _Decoded:
     """A runner without launch(): its decode() already ran; wait() hands the result over."""
 
@@ -56,9 +57,10 @@ logger = logging.getLogger(__name__)
 class VocoderEngine:
     def __init__(self, runner, config: VocoderEngineConfig, clock=time.monotonic) -> None:
         """`runner.decode(codes [bs,16,t] int, slots [bs], lengths [bs]) -> pcm [bs, t*spf]` and
-        `runner.reset(slots)`; it owns the device and the CUDA graphs. An optional `runner.launch`
-        (same arguments -> an object with `.wait()` -> pcm and `.is_graph`) queues a decode instead. decode's result must be fresh
-        memory (no later decode may overwrite it): emitted chunks are views of its rows.
+        `runner.reset(slots)`; it owns the device and the CUDA graphs. decode's result must be fresh
+        memory (no later decode may overwrite it): emitted chunks are views of its rows. An optional
+        `runner.launch` (same arguments -> an object with `.wait()` -> that pcm and `.is_graph`)
+        queues a decode instead, so a step can queue all its batches before reading any.
         An optional `runner.covering_shape(bs, t) -> (B, T) | None` lets batch planning cost a
         batch by the captured graph it would really replay."""
         self.runner = runner

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from service_common.host_copy import HostCopy
 from vocoder_service.codec import StreamingDecoder
 from vocoder_service.runtime.stats import HostTimes
 
@@ -46,13 +47,11 @@ StepBody = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 class PendingPcm:
     """A decode queued on the device: `wait()` -> host pcm [bs, t*spf] float32 (fresh, pinned memory)."""
 
-    def __init__(self, out: torch.Tensor, done: torch.cuda.Event | None, num_samples: int, is_graph: bool) -> None:
-        self.out, self.done, self.num_samples, self.is_graph = out, done, num_samples, is_graph
+    def __init__(self, copy: HostCopy, num_samples: int, is_graph: bool) -> None:
+        self.copy, self.num_samples, self.is_graph = copy, num_samples, is_graph
 
     def wait(self) -> np.ndarray:
-        if self.done is not None:
-            self.done.synchronize()
-        return self.out.numpy()[:, : self.num_samples]
+        return self.copy.wait()[:, : self.num_samples]
 
 
 class CapturedStep:
@@ -138,15 +137,11 @@ class CapturedStep:
             self.uploaded.record()
             self.graph.replay()
             # Whole real rows: one contiguous block, padding rows never cross the bus.
-            out = torch.empty((bs, self.out.shape[1]), dtype=torch.float32, pin_memory=True)
-            out.copy_(self.out[:bs], non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
-            pending = PendingPcm(out, done, num_samples, is_graph=True)
+            pending = PendingPcm(HostCopy(self.out[:bs]), num_samples, is_graph=True)
         else:
             # Emulation: the body may return a static buffer (as a graph does): copy the real rows out.
             out = self.body(self.codes, self.slots, self.lengths)[:bs].float().clone()
-            pending = PendingPcm(out, None, num_samples, is_graph=True)
+            pending = PendingPcm(HostCopy(out), num_samples, is_graph=True)
         if times is not None:
             times.add("stage", staged - started)
             times.add("launch", clock() - staged)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from service_common.host_copy import HostCopy
 from vocoder_service.codec import Code2Wav, StreamingDecoder
 from vocoder_service.codec.validation import check_step_arrays
 from vocoder_service.runtime.compile_plan import CompilePlan, compile_step
@@ -134,14 +135,7 @@ class DecoderRunner:
             # the batches queued before this one
             pcm = self.decoder.step_unchecked(*(torch.from_numpy(a).to(self.device, non_blocking=True)
                                                 for a in (codes, slots, lengths))).float()
-            if pcm.device.type == "cuda":   # an async copy into pinned memory, read after an event
-                out = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
-                out.copy_(pcm, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-                pending = PendingPcm(out, done, pcm.shape[1], is_graph=False)
-            else:
-                pending = PendingPcm(pcm, None, pcm.shape[1], is_graph=False)
+            pending = PendingPcm(HostCopy(pcm), pcm.shape[1], is_graph=False)
             times.add("launch", clock() - checked)
         times.count_call()
         self.last_step_is_graph = captured is not None

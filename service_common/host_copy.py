@@ -8,9 +8,11 @@ that thread waited on an event instead (benchmarks/probe_stream_starvation.py). 
 the decode loop is that thread and the voice encoder thread the victim: clone references waited
 for the running streams to end (0.8-1 s) before their encoding could finish.
 
-So the loop and the encoders read results back the way the vocoder does: an asynchronous copy
-into pinned memory, then an event wait, which holds nothing the other threads need. The other
-direction (`to_device_async`) does not wait for the device's queue at all.
+So the talker's loop and encoders, and the vocoder's runner, read results back the same way: an
+asynchronous copy into pinned memory, then an event wait, which holds nothing the other threads
+need. `HostCopy` splits the two, so a loop can queue more work before it reads (the talker's next
+decode step, the vocoder's next batch). The other direction (`to_device_async`) does not wait for
+the device's queue at all.
 """
 from __future__ import annotations
 
