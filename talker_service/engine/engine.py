@@ -242,9 +242,8 @@ class TalkerEngine:
             # so at most max_new_tokens - 1 frames; frame g >= 1 is decoded at position L + g - 1
             request.max_frames_by_length = request.sampling.max_new_tokens - 1
             request.max_frames_by_context = max_seq_len - request.prompt_len + 1
-            max_frames, reason = request.frame_limit()
-            request.max_frames = max_frames
-            if max_frames <= 0:
+            request.max_frames, reason = request.frame_limit()
+            if request.max_frames <= 0:
                 self._finish(request, reason)
                 continue
             starting.append((request, prepared))
@@ -364,8 +363,8 @@ class TalkerEngine:
         for request in self._touched.values():
             is_final = bool(request.finish_reason)
             pending = request.pending
-            # the usual case, one frame this step: a view of the step's codes, no copy (runner.decode
-            # returns an array of its own every step, tests/test_talker_engine.py checks it)
+            # the usual case, one frame this step: a view of the step's codes, no copy (each decode's
+            # HostCopy is a buffer of its own, tests/test_talker_engine.py checks it)
             if len(pending) == 1:
                 codes = pending[0][None]
             else:
