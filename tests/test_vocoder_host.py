@@ -11,6 +11,7 @@ import torch
 
 from benchmarks.bench_vocoder_host import StubStep
 from benchmarks.bench_vocoder_service import build_random_decoder
+from vocoder_service.engine import batcher as batch_planner
 from vocoder_service.engine.batcher import ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
@@ -86,3 +87,29 @@ def test_planning_merges_batches_that_replay_the_same_graph():
     # three 2-frame rows go as 2 + 1 rather than padded to 4) and nothing extra merges.
     exact = plan_batches(rows, policy, sizes, 1.0, covering_shape=lambda bs, t: (bs, t))
     assert len(exact) == len({policy.bucket_for(r.num_frames) for r in rows}) == len(apart) - 1
+
+
+def test_planning_never_outgrows_the_largest_graph_of_a_frame_bucket():
+    """A memory budget that left the big 25-frame graphs out (only up to 32 rows there) must not
+    produce an eager 200-row batch of 25 frames: its activations were never set aside."""
+    policy = ChunkPolicy(2, 25, 200.0)
+    sizes = batch_buckets(256)
+    captured = [(b, t) for b in sizes for t in (2, 4, 8, 16, 25) if b * t <= 800]
+
+    def covering(bs, t):
+        fits = [(b, f) for b, f in captured if b >= bs and f >= t]
+        return min(fits, key=lambda s: s[0] * s[1]) if fits else None
+
+    assert batch_planner.largest_covered(sizes, 25, covering) == 32
+    assert batch_planner.largest_covered(sizes, 2, covering) == 256
+    assert batch_planner.largest_covered(sizes, 25, None) == 256             # no graphs: every size
+    assert batch_planner.largest_covered(sizes, 25, lambda bs, t: None) == 256   # none covers the bucket
+    rows = [ReadyRow(f"s{i}", i, 25, True, False) for i in range(200)]
+    rows += [ReadyRow(f"f{i}", 200 + i, 2, True, False) for i in range(40)]
+    batches = plan_batches(rows, policy, sizes, 64.0, covering_shape=covering)
+    assert sorted(r.request_id for b in batches for r in b.rows) == sorted(r.request_id for r in rows)
+    assert all(covering(b.batch_size, b.frames_bucket) is not None for b in batches)
+    assert max(b.batch_size for b in batches if b.frames_bucket == 25) == 32
+    assert sum(b.batch_size for b in batches if b.frames_bucket == 25) >= 200
+    # without graphs the same rows go in batches of up to 256
+    assert max(b.batch_size for b in plan_batches(rows, policy, sizes, 64.0)) > 32

@@ -161,12 +161,21 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
     monkeypatch.setattr(runtime_graphs, "_DeviceMemory", FakeMemory)
     table = runtime_graphs.GraphTable(DecoderRunner(model, max_slots=4).decoder, emulate=True)
     report = table.capture([1, 2, 4, 8], [2, 4], budget_bytes=12_000)   # 8 > max_slots: dropped
-    assert report.captured == [(1, 2), (1, 4), (2, 2), (2, 4)]          # 2+4+4+8 = 18 row-frames >= 12
-    assert report.skipped == [(4, 2), (4, 4)] and report.graph_memory_bytes == 18_000
-    assert report.reserved_after == {"1x2": 2_000, "1x4": 6_000, "2x2": 10_000, "2x4": 18_000}   # the growth curve
+    # after 2x2 the pool holds 10 kB for a largest shape of 4 row-frames, so 2x4 (8) is predicted to
+    # take it to 20 kB: left out before it overshoots the budget, not after (it would reach 18 kB)
+    assert report.captured == [(1, 2), (1, 4), (2, 2)]
+    assert report.skipped == [(2, 4), (4, 2), (4, 4)] and report.graph_memory_bytes == 10_000
+    assert report.reserved_after == {"1x2": 2_000, "1x4": 6_000, "2x2": 10_000}   # the growth curve
     assert (table.find(1, 3).batch_size, table.find(1, 3).num_frames) == (1, 4)
     assert (table.find(2, 1).batch_size, table.find(2, 1).num_frames) == (2, 2)
-    assert table.find(3, 2) is None and table.find(1, 5) is None
+    assert table.find(3, 2) is None and table.find(1, 5) is None and table.find(2, 3) is None
+
+
+def test_capture_growth_is_predicted_from_the_largest_shape_so_far():
+    assert runtime_graphs.predicted_growth(0, 0, 50) == 0                      # nothing captured yet
+    assert runtime_graphs.predicted_growth(6_000, 4, 4) == 6_000               # no larger than the largest
+    assert runtime_graphs.predicted_growth(6_000, 4, 2) == 6_000
+    assert runtime_graphs.predicted_growth(6_000, 4, 10) == 15_000             # in proportion to row-frames
 
 
 def test_a_runner_fault_fails_the_requests_of_that_batch_and_serving_goes_on(model):

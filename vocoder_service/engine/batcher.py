@@ -57,6 +57,17 @@ def cheapest_split(n: int, t: int, batch_sizes: list[int], cost: Callable[[int, 
     return sorted(sizes, reverse=True)
 
 
+def largest_covered(batch_sizes: list[int], t: int,
+                    covering_shape: Callable[[int, int], tuple[int, int] | None] | None) -> int:
+    """The most rows one batch of frame bucket t should hold: the largest of `batch_sizes` that a
+    captured graph covers at t; all of them when no graph covers even one row of t (no graphs: every
+    shape runs eagerly anyway)."""
+    if covering_shape is None or covering_shape(1, t) is None:
+        return batch_sizes[-1]
+    covered = [b for b in batch_sizes if covering_shape(b, t) is not None]
+    return covered[-1] if covered else batch_sizes[-1]
+
+
 def plan_batches(
     rows: list[ReadyRow],
     policy: ChunkPolicy,
@@ -74,10 +85,18 @@ def plan_batches(
     eager); with few captured shapes, batches that pad to the same graph merge for free.
     `split_cache` keeps each (rows, frame bucket) split for the next call (~3 ms to work out for 256
     rows in Python): the caller's, valid while its batch sizes and captured shapes stay the same.
+    Where graphs cover a frame bucket, no batch of it outgrows the largest graph that covers it
+    (`largest_covered`): a bigger one would run eagerly, on activations that the graph memory budget
+    never set aside (an 80 GB card ran out of memory that way at 256 streams).
     """
     if not rows:
         return []
-    max_bs = batch_sizes[-1]
+    caps: dict[int, int] = {}
+
+    def cap_for(t: int) -> int:
+        if t not in caps:
+            caps[t] = largest_covered(batch_sizes, t, covering_shape)
+        return caps[t]
 
     def cost(bs: int, t: int) -> float:
         shape = covering_shape(bs, t) if covering_shape is not None else None
@@ -96,7 +115,7 @@ def plan_batches(
         key = (len(members), t)
         sizes = split_cache.get(key) if split_cache is not None else None
         if sizes is None:
-            sizes = cheapest_split(len(members), t, batch_sizes, cost)
+            sizes = cheapest_split(len(members), t, [b for b in batch_sizes if b <= cap_for(t)], cost)
             if split_cache is not None:
                 split_cache[key] = sizes
         for size in sizes:
@@ -110,7 +129,7 @@ def plan_batches(
             bs = last.batch_size + group.batch_size
             t = max(last.frames_bucket, group.frames_bucket)
             apart = cost(last.batch_size, last.frames_bucket) + cost(group.batch_size, group.frames_bucket)
-            if bs <= max_bs and cost(bs, t) < apart:
+            if bs <= cap_for(t) and cost(bs, t) < apart:
                 merged[-1] = PlannedBatch(t, last.rows + group.rows)
                 continue
         merged.append(group)
