@@ -37,6 +37,8 @@ CALLS = 16
 BATCHES = (1, 64, 256)
 SAMPLING_WARPS = (1, 2, 4, 8, 16)
 ATTN_SWEEP = [(16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8)]
+# K/V load pipeline depths tried for the talker caches at the sweep's best (BLOCK_N, warps); None: Triton's default
+ATTN_STAGES = (None, 1, 2, 3, 4, 5)
 
 
 def graph_ms(fn, warmup: int = 3, iters: int = 30) -> float:
@@ -136,6 +138,18 @@ def bench_attention(gen) -> list[dict]:
                 entry["sweep"][f"{block_n}x{warps}"] = graph_ms(run)
             best = min(entry["sweep"], key=entry["sweep"].get)
             entry["best"] = best
+            if positions > 16:   # a longer loop: the pipeline depth decides how many K/V tiles are in flight
+                block_n, warps = (int(x) for x in best.split("x"))
+                entry["stages"] = {}
+                for stages in ATTN_STAGES:
+                    run = lambda: slot_decode_attention_triton(q, k, v, slots, lengths, 0.088, block_n=block_n,  # noqa: E731
+                                                              num_warps=warps, num_stages=stages)
+                    err = float((run().float() - want).abs().max())
+                    if err > 2e-2:
+                        raise SystemExit(f"slot attention {name} bs={batch} {best} stages {stages}: max error {err}")
+                    entry["stages"][str(stages or "default")] = graph_ms(run)
+                print(f"attention {name} bs={batch} {best} by stages: "
+                      f"{json.dumps({a: round(b * 1e3, 1) for a, b in entry['stages'].items()})}", flush=True)
             print(f"attention {name} bs={batch}: default {default_block}x{default_warps} "
                   f"{entry['sweep'].get(f'{default_block}x{default_warps}', float('nan')) * 1e3:.1f} us, best {best} "
                   f"{entry['sweep'][best] * 1e3:.1f} us  {json.dumps({a: round(b * 1e3, 1) for a, b in entry['sweep'].items()})}",

@@ -177,11 +177,12 @@ def _num_sms(device: torch.device) -> int:
 def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
                                  block_n: Optional[int] = None, num_splits: Optional[int] = None,
-                                 num_warps: Optional[int] = None) -> torch.Tensor:
+                                 num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
     0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
-    >= 16), `num_splits` (>= 1) and `num_warps` override the heuristics (tests, tuning); by default
-    a CPU (interpreter) launch does not split."""
+    >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth; None:
+    Triton's default) override the heuristics (tests, tuning); by default a CPU (interpreter)
+    launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
@@ -218,6 +219,9 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
                                                                           _num_sms(q.device))
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    if num_stages is not None and num_stages < 1:
+        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+    stage_option = {} if num_stages is None else {"num_stages": num_stages}
     group = num_heads // num_kv
     dot_fp32 = q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and is_interpreting())
     if num_splits > 1:
@@ -232,7 +236,7 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), slots.stride(0), lengths.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
-        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps,
+        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps, **stage_option,
     )
     if num_splits > 1:
         _merge_splits_kernel[(batch * num_heads,)](

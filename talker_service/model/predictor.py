@@ -45,6 +45,8 @@ class CodePredictor(nn.Module):
         self._token_hashes: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None   # arange(16): the frame cache's position table
         self._lengths: torch.Tensor | None = None     # arange(1, 17): its length table
+        # codec_embedding[j] already through small_to_mtp_projection (init_runtime); None: identity
+        self._projected_tables: list[torch.Tensor] | None = None
 
     def init_runtime(self) -> None:
         """Build derived tables on the module's device/dtype (call after loading weights)."""
@@ -58,12 +60,25 @@ class CodePredictor(nn.Module):
         self._positions = torch.arange(cfg.num_code_groups, device=weight.device)
         self._lengths = self._positions + 1
         self.model.fuse_projections()
+        # A step's next input is small_to_mtp_projection(codec_embedding[j](code)): a linear map of
+        # one table row. Projecting each table once here turns that into a lookup: 14 GEMMs a frame
+        # fewer (7.2 us each at batch 256 on the H200, a GEMV each at batch 1) for 4 MB per table
+        # at 1.7B. With the identity projection (0.6B) the tables are read as they are.
+        if isinstance(self.small_to_mtp_projection, nn.Linear):
+            with torch.no_grad():
+                self._projected_tables = [self._project(table.weight) for table in self.model.codec_embedding]
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """small_to_mtp_projection through kernels.small_m_linear (a batch-1 step's one-row GEMVs
         there, not cuBLAS's ~12 us bias GEMM); the identity where the widths match (0.6B)."""
         proj = self.small_to_mtp_projection
         return linear(x, proj.weight, proj.bias) if isinstance(proj, nn.Linear) else x
+
+    def _next_input(self, table: int, code: torch.Tensor) -> torch.Tensor:
+        """codes [bs] of codebook table+1 -> the next step's input [bs, Hp]: the projected table's rows."""
+        if self._projected_tables is None:
+            return self._project(self.model.codec_embedding[table](code))
+        return self._projected_tables[table][code]
 
     def forward_frame(self, past_hidden: torch.Tensor, c0_embeds: torch.Tensor, rows: RowSampling,
                       keys: torch.Tensor, candidate_k: int | None = None, return_logits: bool = False):
@@ -98,6 +113,6 @@ class CodePredictor(nn.Module):
                 all_logits.append(logits.float())
             if group < cfg.num_residual_groups:
                 # codebook `group` is embedded by table group-1 and fed at position group+1
-                x = self._project(self.model.codec_embedding[group - 1](code))[:, None]
+                x = self._next_input(group - 1, code)[:, None]
         codes = torch.stack(codes, dim=1)
         return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes
