@@ -144,7 +144,12 @@ def bench_attention(gen) -> list[dict]:
                 for stages in ATTN_STAGES:
                     run = lambda: slot_decode_attention_triton(q, k, v, slots, lengths, 0.088, block_n=block_n,  # noqa: E731
                                                               num_warps=warps, num_stages=stages)
-                    err = float((run().float() - want).abs().max())
+                    try:
+                        err = float((run().float() - want).abs().max())
+                    except Exception as exc:  # noqa: BLE001 (deep pipelines of big tiles run out of shared memory)
+                        print(f"attention {name} bs={batch} {best} stages {stages}: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:120]}", flush=True)
+                        continue
                     if err > 2e-2:
                         raise SystemExit(f"slot attention {name} bs={batch} {best} stages {stages}: max error {err}")
                     entry["stages"][str(stages or "default")] = graph_ms(run)
