@@ -57,6 +57,14 @@ LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 
 
 @triton.jit
+def _negate(x):
+    """-x for fp32 x by flipping the sign bit. Triton 3.6 (the GPU image's) lowers float `-x` to
+    `0 - x`, on the GPU and in the interpreter, and 0 - (+0.0) is +0.0 where torch.neg gives -0.0:
+    a rotated element 0 * cos - 0 * sin then lost eager's sign (triton >= 3.7 emits a true fneg)."""
+    return (x.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _round(x, ROUND: tl.constexpr):
     """Round fp32 values to the storage dtype and return them as fp32 (0: fp32, 1: bf16, 2: fp16)."""
     if ROUND == 1:
@@ -93,7 +101,7 @@ def _norm_rope_heads(
     y_hi = _round(w_hi * _round(x_hi * rstd, ROUND), ROUND)
 
     # rotated = cat(-y[HALF:], y[:HALF]); out = y * cos + rotated * sin
-    out_lo = _round(_round(y_lo * cos_lo, ROUND) + _round(-y_hi * sin_lo, ROUND), ROUND)
+    out_lo = _round(_round(y_lo * cos_lo, ROUND) + _round(_negate(y_hi) * sin_lo, ROUND), ROUND)
     out_hi = _round(_round(y_hi * cos_hi, ROUND) + _round(y_lo * sin_hi, ROUND), ROUND)
 
     o_ptrs = o_row + heads64 * o_stride_h + cols[None, :]

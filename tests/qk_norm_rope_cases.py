@@ -12,14 +12,18 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _make_case(shape, dtype, seed, *, exact_var=False, decode_positions=True, batch_step=1, d_contiguous=True,
-               with_v=False):
+               with_v=False, zero_pairs=False):
     """q/k as the model makes them: views into one fused projection [B, L, (H + 2 KV) D]; cos/sin as
     the talker gathers them (per-row positions) or as a prefill expands them (batch stride 0).
     with_v: (q, k, v, ...) with v [B, L, KV, D] the projection's third view.
 
     exact_var: q/k are multiples of 1/16 in [-4, 4], so every partial sum of squares is exact in fp32
     and the variance does not depend on the summation order; the kernel must then match bit for bit
-    in every dtype. Otherwise q/k are Gaussian and the order may move the variance by an fp32 ulp."""
+    in every dtype. Otherwise q/k are Gaussian and the order may move the variance by an fp32 ulp.
+
+    zero_pairs: elements j and j + D/2 of every head are +0.0 for a few j, so a rotated element is
+    0 * cos - 0 * sin, whose sign eager sets by IEEE rules (-0.0 where cos < 0 < sin): the sign of
+    the negation must be exact, not 0 - x (Triton 3.6 lowers float -x to that, giving +0.0)."""
     batch, seq_len, num_heads, num_kv, head_dim = shape
     gen = torch.Generator().manual_seed(seed)
     width = (num_heads + 2 * num_kv) * head_dim
@@ -28,6 +32,11 @@ def _make_case(shape, dtype, seed, *, exact_var=False, decode_positions=True, ba
         fused = torch.randint(-64, 65, size, generator=gen) / 16.0
     else:
         fused = torch.randn(size, generator=gen) * 2.0
+    if zero_pairs:
+        heads = fused.view(*size[:2], num_heads + 2 * num_kv, head_dim)
+        for j in (0, 1, head_dim // 4):
+            heads[..., j] = 0.0
+            heads[..., j + head_dim // 2] = 0.0
     fused = fused.to(dtype)[::batch_step]
     if not d_contiguous:  # head_dim stride 2: the launcher must copy, not misread
         fused = torch.stack((fused, torch.zeros_like(fused)), dim=-1)[..., 0]

@@ -55,6 +55,9 @@ def _all_cases():
                                                    batch_step=2, decode_positions=False)
     cases["fp32-d_strided-exactvar"] = _make_case((2, 2, 4, 2, 32), torch.float32, seed=51, exact_var=True,
                                                   d_contiguous=False)
+    for i, dname in enumerate(("fp32", "bf16")):   # 32 rows: enough (row, j) with cos < 0 < sin
+        cases[f"{dname}-zeropairs-exactvar"] = _make_case(MEDIUM_SHAPE, DTYPES[dname], seed=70 + i, exact_var=True,
+                                                          zero_pairs=True)
     for i, dname in enumerate(("fp32", "bf16", "fp16")):
         cases[f"{dname}-medium-randn"] = _make_case(MEDIUM_SHAPE, DTYPES[dname], seed=60 + i, decode_positions=False)
     return cases
@@ -138,6 +141,18 @@ def test_kernel_bit_identical_when_variance_is_order_free(interpreted, name):
     cases, outputs, _ = interpreted
     ulps, _ = _ulps_vs_reference(outputs[f"kernel/{name}"], cases[name], name)
     assert int(ulps.max()) == 0, f"{name}: {int((ulps > 0).sum())} of {ulps.numel()} elements differ, max {int(ulps.max())} ulp"
+
+
+@pytest.mark.parametrize("name", [n for n in _EXACTVAR_CASES if "zeropairs" in n])
+def test_kernel_gives_zeros_their_eager_sign(interpreted, name):
+    """0 * cos - 0 * sin is -0.0 in eager where cos < 0 < sin; the ulp check above cannot tell the
+    zeros apart, so the sign bits are compared here (a negation lowered as 0 - x loses them)."""
+    cases, outputs, _ = interpreted
+    _, refs = _ulps_vs_reference(outputs[f"kernel/{name}"], cases[name], name)
+    negative_zeros = sum(int(((ref == 0) & torch.signbit(ref)).sum()) for ref in refs)
+    assert negative_zeros > 0, f"{name}: the case holds no -0.0 to check"
+    for got, ref in zip(outputs[f"kernel/{name}"], refs):
+        assert torch.equal(torch.signbit(got), torch.signbit(ref)), f"{name}: the sign of a zero differs"
 
 
 @pytest.mark.parametrize("name", _RANDN_CASES)
