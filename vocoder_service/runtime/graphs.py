@@ -8,8 +8,10 @@ ever reads that slot), extra frames are right padding that the step never writes
 
 Every graph shares one memory pool: replays never overlap (one loop thread), so intermediates of
 different shapes can live in the same blocks. Capture goes from the smallest shape to the largest
-and stops once the configured memory budget is reached, so a tight budget drops the big shapes
-first (they run eagerly, and are counted).
+and stops before a shape whose predicted pool growth would pass the configured memory budget, so a
+tight budget drops the big shapes first. The engine's batch planner then splits work into the
+shapes that were captured (batcher.largest_covered); a call no graph covers runs eagerly, and is
+counted.
 
 On a CPU decoder a table can be built with `emulate=True`: the same static buffers, padding and
 lookup, with the step body run eagerly on the padded inputs instead of a graph replay. Tests use it
