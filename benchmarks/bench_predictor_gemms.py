@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,33 +23,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_decode_kernels import CALLS, graph_ms  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 
-CALLS = 16
 # (name, K, N) of the 1.7B predictor: hidden 1024, 16 q + 8 kv heads of 128, intermediate 3072
 SHAPES = (("qkv", 1024, 4096), ("o", 2048, 1024), ("gate_up", 1024, 6144), ("down", 3072, 1024),
           ("lm_head", 1024, 2048))
-
-
-def graph_us(fn, warmup: int = 3, iters: int = 30) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / CALLS)
-    return statistics.median(times)
 
 
 def bench_shape(batch: int, name: str, k: int, n: int, gen: torch.Generator) -> dict:
@@ -58,18 +36,18 @@ def bench_shape(batch: int, name: str, k: int, n: int, gen: torch.Generator) -> 
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).bfloat16().cuda()   # nn.Linear layout [out, in]
     want = torch.mm(x, w.t()).float()
     entry = {"shape": name, "m": batch, "k": k, "n": n, "gflop": 2 * batch * k * n / 1e9}
-    entry["cublas_us"] = graph_us(lambda: torch.mm(x, w.t()))
+    entry["cublas_us"] = 1e3 * graph_ms(lambda: torch.mm(x, w.t()))
     previous = torch.backends.cuda.preferred_blas_library()
     try:
         torch.backends.cuda.preferred_blas_library("cublaslt")
         entry["cublaslt_err"] = float((torch.mm(x, w.t()).float() - want).abs().max())
-        entry["cublaslt_us"] = graph_us(lambda: torch.mm(x, w.t()))
+        entry["cublaslt_us"] = 1e3 * graph_ms(lambda: torch.mm(x, w.t()))
     finally:
         torch.backends.cuda.preferred_blas_library(previous)
     try:
         compiled = torch.compile(lambda a, b: torch.mm(a, b.t()), mode="max-autotune-no-cudagraphs", dynamic=False)
         entry["autotune_err"] = float((compiled(x, w).float() - want).abs().max())
-        entry["autotune_us"] = graph_us(lambda: compiled(x, w))
+        entry["autotune_us"] = 1e3 * graph_ms(lambda: compiled(x, w))
     except Exception as exc:  # noqa: BLE001 (no compiler on the box: report, keep the rest)
         entry["autotune_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     best = min(("cublas", "cublaslt", "autotune"), key=lambda kind: entry.get(f"{kind}_us", float("inf")))
