@@ -2,13 +2,13 @@
 
 At batch 256 the predictor runs 300 GEMMs a frame (15 steps x 5 layers x qkv / o / gate_up / down)
 of 1-3 GFLOP each in 6.6-7.8 us (H200), about 270 TFLOP/s: a third of the step. This times each
-shape four ways, every one as a CUDA graph of CALLS calls (launch gaps as in the step), CUDA events,
+shape three ways, every one as a CUDA graph of CALLS calls (launch gaps as in the step), CUDA events,
 median us per call:
   - cublas:     torch.mm as the step runs it (default BLAS library);
   - cublaslt:   the same with torch.backends.cuda.preferred_blas_library("cublaslt");
   - autotune:   torch.compile(mode="max-autotune-no-cudagraphs") of the mm: Inductor times its
                 Triton GEMM templates against cuBLAS and keeps the fastest (its own table is logged);
-  - bf16 check: each result against cublas (max abs difference, which must stay at bf16 noise).
+and checks the other two results against cublas (`*_err`, max abs difference: bf16 noise).
 
   python benchmarks/bench_predictor_gemms.py --out predictor-gemms.json [--batches 64,256]
 """

@@ -63,10 +63,13 @@ class CodePredictor(nn.Module):
         # A step's next input is small_to_mtp_projection(codec_embedding[j](code)): a linear map of
         # one table row. Projecting each table once here turns that into a lookup: 14 GEMMs a frame
         # fewer (7.2 us each at batch 256 on the H200, a GEMV each at batch 1) for 4 MB per table
-        # at 1.7B. With the identity projection (0.6B) the tables are read as they are.
+        # at 1.7B. The last table only feeds the talker's next frame (embed_frame), never a step
+        # here, so it is not projected. With the identity projection (0.6B) the tables are read as
+        # they are.
         if isinstance(self.small_to_mtp_projection, nn.Linear):
             with torch.no_grad():
-                self._projected_tables = [self._project(table.weight) for table in self.model.codec_embedding]
+                self._projected_tables = [self._project(table.weight)
+                                          for table in self.model.codec_embedding[:cfg.num_residual_groups - 1]]
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """small_to_mtp_projection through kernels.small_m_linear (a batch-1 step's one-row GEMVs
