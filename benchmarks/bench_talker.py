@@ -31,7 +31,7 @@ from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
 from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
-from talker_service.engine.graphs import capture_graph  # noqa: E402
+from talker_service.engine.graphs import PDL_MAX_BATCH, capture_graph  # noqa: E402
 from talker_service.engine.prefiller import PrefillChunk  # noqa: E402
 from talker_service.model.talker import build_empty  # noqa: E402
 from talker_service.prompt import PromptVocab  # noqa: E402
@@ -113,9 +113,10 @@ def time_calls(fn, device, warmup: int, iters: int) -> dict:
             "min_ms": times_ms[0], "iters": iters}
 
 
-def capture(fn, warmup: int):
-    """fn captured as one CUDA graph with the service's capture code -> its replay."""
-    graph, _ = capture_graph(fn, warmup)
+def capture(fn, warmup: int, use_pdl: bool = False):
+    """fn captured as one CUDA graph with the service's capture code -> its replay (use_pdl: as the
+    service captures its batch-1 step, talker_service/engine/graphs.py PDL_MAX_BATCH)."""
+    graph, _ = capture_graph(fn, warmup, use_pdl=use_pdl)
     return graph.replay
 
 
@@ -218,7 +219,8 @@ def run(args) -> dict:
             for ctx in contexts:
                 for bs in batches:
                     step = FrameStep(decoder, bs, ctx, args.prompt_len)
-                    results["graph"][f"bs{bs}_ctx{ctx}"] = time_calls(capture(step, w), device, w, n)
+                    replay = capture(step, w, use_pdl=bs <= PDL_MAX_BATCH)
+                    results["graph"][f"bs{bs}_ctx{ctx}"] = time_calls(replay, device, w, n)
                     logger.info("graph bs=%d ctx=%d: %.2f ms", bs, ctx, results["graph"][f"bs{bs}_ctx{ctx}"]["median_ms"])
             if args.compile:
                 results["compile_graph"] = bench_compiled(decoder, args, contexts[0])

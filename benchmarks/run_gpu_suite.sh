@@ -14,6 +14,9 @@
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
 #                            kernel time vs replay time, top kernels, ATen ops of an eager step
+#   pdl-ab                   programmatic dependent launch (kernels/pdl.py): a kernel boundary's cost
+#                            alone (benchmarks/bench_pdl.py), then the talker step's graph at
+#                            PROFILE_BATCHES with QWEN3_TTS_PDL=0 / 1, alternated twice (pdl-ab.log)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm
@@ -209,7 +212,7 @@ for w in $which; do
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
         tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_silu_mul.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_pdl.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
@@ -268,6 +271,16 @@ for w in $which; do
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
         | tee "$OUT/talker-service.log" ;;
+    pdl-ab)
+      python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
+      for round in 1 2; do
+        for on in 0 1; do
+          QWEN3_TTS_PDL=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
+            --out "$OUT/talker-profile-pdl$on-$round.json" 2>&1 | grep -E "^batch|Error" | sed "s/^/pdl=$on /" \
+            >> "$OUT/pdl-ab.log"
+        done
+      done
+      cat "$OUT/pdl-ab.log" ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 from kernels.rmsnorm_triton import MAX_COLS, _as_rows, _round_to, choose_block
 
@@ -49,7 +50,10 @@ def _add_rms_norm_kernel(
     x_ptr, r_ptr, w_ptr, y_ptr, s_ptr,
     num_rows, num_cols, num_cols_f, x_row_stride, r_row_stride, out_row_stride, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < num_cols
@@ -108,6 +112,6 @@ def add_rms_norm_triton(x: torch.Tensor, residual: torch.Tensor, weight: torch.T
     _add_rms_norm_kernel[grid](
         x2, r2, w, y2, s2, x2.shape[0], num_cols, float(num_cols),
         x2.stride(0), r2.stride(0), s2.stride(0), float(eps),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, **LAUNCH_OPTIONS,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(x2.device),
     )
     return normed, summed

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from kernels.gumbel_pick_triton import _mix32
 from kernels.noise_keys_reference import check_args
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 # hash_noise.py's group-salt constants (tests check they match); constexpr so the kernel may read them
 GROUP_MUL = tl.constexpr(0x9E3779B1)  # hash_noise._group_salt's multiplier
@@ -33,7 +34,9 @@ GROUP_SALT = tl.constexpr(0x68E31DA4)  # hash_noise._GROUP_SALT
 
 @triton.jit
 def _noise_keys_kernel(seeds_ptr, steps_ptr, out_ptr, first_group, num_groups, seeds_stride, steps_stride,
-                       BLOCK_G: tl.constexpr):
+                       BLOCK_G: tl.constexpr, PDL: tl.constexpr):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0).to(tl.int64)
     seed = tl.load(seeds_ptr + row * seeds_stride)
     step = tl.load(steps_ptr + row * steps_stride)
@@ -63,5 +66,6 @@ def noise_keys_triton(seeds: torch.Tensor, steps: torch.Tensor, first_group: int
         seeds, steps, out, first_group, num_groups, seeds.stride(0), steps.stride(0),
         BLOCK_G=max(16, triton.next_power_of_2(num_groups)), num_warps=1,
         enable_fp_fusion=False,  # integer arithmetic only; pinned as in the other kernels (and no knob warning)
+        **pdl_launch(seeds.device),
     )
     return out

@@ -46,6 +46,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_launch, wait_for_prior_grid
+
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_HEAD_DIM = 16
 MAX_HEAD_DIM = 256
@@ -146,7 +148,10 @@ def _qk_norm_rope_kernel(
     qo_stride_b, qo_stride_h, qo_stride_l,
     ko_stride_b, ko_stride_h, ko_stride_l,
     BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0)
     tile = tl.program_id(1)
     b = (row // seq_len).to(tl.int64)  # int64: b * stride overflows int32 on long prefills
@@ -187,9 +192,12 @@ def _qk_norm_rope_write_kv_kernel(
     kc_stride_s, kc_stride_h, kc_stride_p,
     vc_stride_s, vc_stride_h, vc_stride_p,
     BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Grid (B * L, q tiles + k tiles + v tiles). q as _qk_norm_rope_kernel; K (normalised and
     rotated) and V (copied) go to the caches at [dest_rows[b], :, dest_positions[b] + l]."""
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0)
     tile = tl.program_id(1)
     b = (row // seq_len).to(tl.int64)
@@ -343,7 +351,7 @@ def qk_norm_rope_triton(
         q_out.stride(0), q_out.stride(1), q_out.stride(2),
         k_out.stride(0), k_out.stride(1), k_out.stride(2),
         BLOCK_H=block_h, HALF=head_dim // 2, ROUND=_ROUND_MODE[dtype],
-        num_warps=num_warps, **LAUNCH_OPTIONS,
+        num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(q.device),
     )
     return q_out, k_out
 
@@ -427,6 +435,6 @@ def qk_norm_rope_write_kv_triton(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         BLOCK_H=block_h, HALF=head_dim // 2, ROUND=_ROUND_MODE[dtype],
-        num_warps=_num_warps(block_h, head_dim), **LAUNCH_OPTIONS,
+        num_warps=_num_warps(block_h, head_dim), **LAUNCH_OPTIONS, **pdl_launch(q.device),
     )
     return q_out

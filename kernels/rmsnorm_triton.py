@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_launch, wait_for_prior_grid
+
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_COLS = 8192
 _TILE_ELEMS = 1024  # target elements per program when packing short rows
@@ -54,7 +56,10 @@ def _rms_norm_kernel(
     x_ptr, w_ptr, y_ptr,
     num_rows, num_cols, num_cols_f, x_row_stride, y_row_stride, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < num_cols
@@ -124,6 +129,6 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float,
     grid = (triton.cdiv(x2.shape[0], block_m),)
     _rms_norm_kernel[grid](
         x2, w, y2, x2.shape[0], num_cols, float(num_cols), x2.stride(0), y2.stride(0), float(eps),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, **pdl_launch(x2.device),
     )
     return out

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.gumbel_pick_triton import _first_argmax, _gumbel_from_bits, _mix32, _softmax, _token_part
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 MAX_VOCAB = 8192
 # fp32 bits a widened value of the dtype never uses: its mantissa is 7 (bf16) or 10 (fp16) bits of 23
@@ -83,7 +84,10 @@ def _sample_rows_kernel(
     logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, do_sample_ptr, keys_ptr, out_ptr,
     vocab_size, logits_row_stride, temperature_stride, top_k_stride, top_p_stride, do_sample_stride, keys_stride,
     LIBDEVICE_EXP: tl.constexpr, BLOCK_V: tl.constexpr, KEY_SHIFT: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_V)
     ok = cols < vocab_size
@@ -172,5 +176,6 @@ def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
         LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, KEY_SHIFT=KEY_SHIFT_BY_DTYPE[logits.dtype],
         num_warps=num_warps,
         enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
+        **pdl_launch(logits.device),
     )
     return out

@@ -32,6 +32,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels.add_rmsnorm_triton import _narrow, _widen
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 from kernels.rmsnorm_triton import _as_rows, _round_to
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -45,7 +46,10 @@ LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 def _silu_mul_kernel(
     gu_ptr, out_ptr, inter, gu_row_stride, out_row_stride,
     BLOCK: tl.constexpr, EXP64: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2^31 elements
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -96,6 +100,6 @@ def silu_mul_triton(gate_up: torch.Tensor, block: tuple[int, int] | None = None)
         raise ValueError(f"too many column tiles ({grid[1]}) for grid axis 1")
     _silu_mul_kernel[grid](
         gu2, out2, inter, gu2.stride(0), out2.stride(0),
-        BLOCK=block_n, EXP64=is_interpreting(), num_warps=num_warps, **LAUNCH_OPTIONS,
+        BLOCK=block_n, EXP64=is_interpreting(), num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(gu2.device),
     )
     return out

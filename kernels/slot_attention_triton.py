@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -56,8 +57,10 @@ def _slot_decode_attn_kernel(
     qk_scale, num_positions,
     stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp, stride_slot, stride_len,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -123,8 +126,11 @@ def _slot_decode_attn_kernel(
 
 @triton.jit
 def _merge_splits_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
-                         HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+                         HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                         PDL: tl.constexpr):
     """One program per (row, head): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m)."""
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     pid = tl.program_id(0).to(tl.int64)  # row * H + head
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -236,13 +242,13 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), slots.stride(0), lengths.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
-        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps, **stage_option,
+        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps, **stage_option, **pdl_launch(q.device),
     )
     if num_splits > 1:
         _merge_splits_kernel[(batch * num_heads,)](
             part_acc, part_m, part_l, out,
             HEAD_DIM=head_dim, NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
-            num_warps=1 if head_dim <= 64 else 2,
+            num_warps=1 if head_dim <= 64 else 2, **pdl_launch(q.device),
         )
     return out
 

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
+from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_ROWS = 16           # x rows this kernel takes (the decode buckets 1 and 8; larger M is a real GEMM)
@@ -35,7 +36,9 @@ MAX_TILE = 16384        # BLOCK_N x BLOCK_K elements held per program (64 fp32 r
 @triton.jit
 def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           HAS_BIAS: tl.constexpr):
+                           HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
+    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
+        wait_for_prior_grid()
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
@@ -106,6 +109,6 @@ def small_m_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     _small_m_linear_kernel[(triton.cdiv(n, block_n),)](
         x, weight, y if bias is None else bias, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None,
-        num_warps=chosen_warps if num_warps is None else num_warps,
+        num_warps=chosen_warps if num_warps is None else num_warps, **pdl_launch(x.device),
     )
     return y

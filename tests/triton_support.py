@@ -247,10 +247,15 @@ def skip_if_interpreting(triton_module) -> None:
 
 def compile_for_hopper(kernel, signature: dict, constants: dict, divisible=(), **options):
     """An sm_90 compile of `kernel` (args `divisible` marked 16-divisible, as the JIT specializes at
-    run time); skips where this triton install has no ptxas. Asserts a cubin came out."""
+    run time); skips where this triton install has no ptxas. Asserts a cubin came out.
+
+    A kernel with a `PDL` flag (kernels/pdl.py) is compiled as the GPU launches it on Hopper (PDL on,
+    unless the caller set it), and its PTX must then wait for the prior grid (griddepcontrol.wait)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as triton_compile
 
+    if "PDL" in kernel.arg_names and "PDL" not in constants:
+        constants, signature = {**constants, "PDL": True}, {**signature, "PDL": "constexpr"}
     source = ASTSource(kernel, signature, constants, {(i,): [["tt.divisibility", 16]] for i in divisible})
     try:
         compiled = triton_compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -259,4 +264,6 @@ def compile_for_hopper(kernel, signature: dict, constants: dict, divisible=(), *
             pytest.skip(f"no ptxas in this triton install: {exc}")
         raise
     assert compiled.asm["cubin"], "ptxas produced no cubin"
+    if constants.get("PDL"):
+        assert "griddepcontrol.wait" in compiled.asm["ptx"], "a PDL kernel must wait for the prior grid"
     return compiled

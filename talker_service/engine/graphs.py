@@ -25,26 +25,34 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kernels import pdl
 from talker_service.model import FrameDecoder, TalkerModel
 
 logger = logging.getLogger(__name__)
 
 NUM_WARMUP_RUNS = 2
 NUM_INDEX_ROWS = 4   # slots, positions, frame counts, text ids
+# Decode graphs up to this batch are captured with programmatic dependent launch (kernels/pdl.py):
+# at batch 1 the GEMMs are our Triton small-M kernel, so the step is a chain of our own kernels and
+# PDL shortens it (H100: 4.24 -> 4.09-4.14 ms); from batch 2 the GEMMs are cuBLAS and PDL made every
+# batch measured slower (2-256: +1 to +4%; benchmarks/results/2026-11-26-talker-pdl-h100.md).
+PDL_MAX_BATCH = 1
 
 
-def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None):
+def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None, use_pdl: bool = False):
     """fn() captured as one CUDA graph -> (graph, fn's output tensors). Warm-up runs on a side
-    stream first (lazy init, cuBLAS algorithm choice), as capture requires."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(num_warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        out = fn()
+    stream first (lazy init, cuBLAS algorithm choice), as capture requires. use_pdl: our Triton
+    kernels in it are PDL launches (kernels/pdl.py; also compiles their PDL variants in warm-up)."""
+    with pdl.scope(use_pdl):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(num_warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            out = fn()
     return graph, out
 
 
@@ -86,7 +94,8 @@ class CapturedDecode:
         self.index_rows = self.hosts[0].to(device)                                    # [4, B]
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
-            self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool)
+            self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool,
+                                                   use_pdl=batch_size <= PDL_MAX_BATCH)
             # one replay on those padding rows now: a graph's first launch also uploads it to the
             # device, which would otherwise land on the first step at this batch size
             self.graph.replay()
