@@ -5,7 +5,9 @@
    predictor's 2048 tokens and codebook 0's 3072;
 2. slot decode attention (kernels/slot_attention_triton.py): the code predictor's 16-position
    cache (75 calls per frame) and the talker's cache with rows spread below 256 / 1024 positions
-   (28 calls), over a sweep of (BLOCK_N, num_warps) against the default choice.
+   (28 calls), over a sweep of (BLOCK_N, num_warps) against the default choice, then of the
+   pipeline depth (num_stages) at the best and the default choice (at every sweep point for the
+   predictor's one-tile cache, where the depth sets the shared memory a program holds).
 
 Each case is a CUDA graph of CALLS calls (launch gaps as in the step), timed by CUDA events,
 median ms per call. Kernel outputs are checked against the references; exits non-zero on a mismatch.
@@ -138,23 +140,26 @@ def bench_attention(gen) -> list[dict]:
                 entry["sweep"][f"{block_n}x{warps}"] = graph_ms(run)
             best = min(entry["sweep"], key=entry["sweep"].get)
             entry["best"] = best
-            if positions > 16:   # a longer loop: the pipeline depth decides how many K/V tiles are in flight
-                block_n, warps = (int(x) for x in best.split("x"))
-                entry["stages"] = {}
+            # the pipeline depth: how many K/V tiles a program has in flight (long caches), and how much
+            # shared memory it holds, so how many programs share an SM (the predictor's one-tile cache)
+            entry["stages"] = {}
+            configs = {best, f"{default_block}x{default_warps}"} | (set(entry["sweep"]) if positions <= 16 else set())
+            for config in sorted(configs):
+                block_n, warps = (int(x) for x in config.split("x"))
                 for stages in ATTN_STAGES:
                     run = lambda: slot_decode_attention_triton(q, k, v, slots, lengths, 0.088, block_n=block_n,  # noqa: E731
                                                               num_warps=warps, num_stages=stages)
                     try:
                         err = float((run().float() - want).abs().max())
                     except Exception as exc:  # noqa: BLE001 (deep pipelines of big tiles run out of shared memory)
-                        print(f"attention {name} bs={batch} {best} stages {stages}: {type(exc).__name__}: "
+                        print(f"attention {name} bs={batch} {config} stages {stages}: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:120]}", flush=True)
                         continue
                     if err > 2e-2:
-                        raise SystemExit(f"slot attention {name} bs={batch} {best} stages {stages}: max error {err}")
-                    entry["stages"][str(stages or "default")] = graph_ms(run)
-                print(f"attention {name} bs={batch} {best} by stages: "
-                      f"{json.dumps({a: round(b * 1e3, 1) for a, b in entry['stages'].items()})}", flush=True)
+                        raise SystemExit(f"slot attention {name} bs={batch} {config} stages {stages}: max error {err}")
+                    entry["stages"][f"{config}s{stages or 'd'}"] = graph_ms(run)
+            print(f"attention {name} bs={batch} by stages: "
+                  f"{json.dumps({a: round(b * 1e3, 1) for a, b in entry['stages'].items()})}", flush=True)
             print(f"attention {name} bs={batch}: default {default_block}x{default_warps} "
                   f"{entry['sweep'].get(f'{default_block}x{default_warps}', float('nan')) * 1e3:.1f} us, best {best} "
                   f"{entry['sweep'][best] * 1e3:.1f} us  {json.dumps({a: round(b * 1e3, 1) for a, b in entry['sweep'].items()})}",
@@ -166,12 +171,15 @@ def bench_attention(gen) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", choices=("sampling", "attention"), default=None)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     gen = torch.Generator().manual_seed(0)
     result = {"benchmark": "decode_kernels", "device": torch.cuda.get_device_name(), "commit": git_commit(),
-              "calls_per_graph": CALLS, "sampling": bench_sampling(gen), "attention": bench_attention(gen)}
+              "calls_per_graph": CALLS,
+              "sampling": bench_sampling(gen) if args.only != "attention" else [],
+              "attention": bench_attention(gen) if args.only != "sampling" else []}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
 

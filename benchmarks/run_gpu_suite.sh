@@ -14,6 +14,9 @@
 #   talker-service           talker decode step through the service runner's graphs, batch 1..256
 #   talker-profile           kernels of the talker step's captured graph at PROFILE_BATCHES (1,64,256):
 #                            kernel time vs replay time, top kernels, ATen ops of an eager step
+#   talker-ab                the talker step's graph (profile_talker.py at PROFILE_BATCHES) of the tree in
+#                            build/base.tar (scripts/ab_base.sh COMMIT; carry "build") against this one,
+#                            alternated AB_ROUNDS (2) times, on one machine: talker-ab.log + JSONs
 #   pdl-ab                   programmatic dependent launch (kernels/pdl.py): a kernel boundary's cost
 #                            alone (benchmarks/bench_pdl.py), then the talker step's graph at
 #                            PROFILE_BATCHES with QWEN3_TTS_PDL=0 / 1, alternated twice (pdl-ab.log)
@@ -155,6 +158,26 @@ e2e_mps() {
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
+talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
+  if [ ! -f build/base.tar ]; then
+    echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$OUT/talker-ab.log"
+    return 1
+  fi
+  local base=/tmp/talker-ab-base head=$PWD round side dir commit
+  rm -rf "$base" && mkdir -p "$base" && tar -xf build/base.tar -C "$base"
+  local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
+  base_commit=$(cat build/base.commit 2>/dev/null || echo base)
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for side in base head; do
+      if [ "$side" = base ]; then dir=$base commit=$base_commit; else dir=$head commit=$head_commit; fi
+      (cd "$dir" && QWEN3_TTS_COMMIT=$commit python3 benchmarks/profile_talker.py \
+        --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-ab-$side$round-$commit.json" 2>&1 \
+        | grep -E "^batch|Error" | sed "s/^/$side $commit round $round: /" >> "$OUT/talker-ab.log")
+    done
+  done
+  cat "$OUT/talker-ab.log"
+}
+
 e2e_ab() {
   if [ ! -f build/base.tar ]; then
     echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$OUT/ab.txt"
@@ -271,6 +294,7 @@ for w in $which; do
     talker-service)
       python3 benchmarks/bench_talker.py --path both --context-lens 256,1024 --out "$OUT/talker-service.json" 2>&1 \
         | tee "$OUT/talker-service.log" ;;
+    talker-ab) talker_ab ;;
     pdl-ab)
       python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
       for round in 1 2; do

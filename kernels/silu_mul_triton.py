@@ -43,6 +43,18 @@ LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 
 
 @triton.jit
+def _silu_mul_rounded(g, u, dtype: tl.constexpr, EXP64: tl.constexpr):
+    """fp32 g, u holding `dtype` values -> fp32 holding round(round(silu(g)) * u) in `dtype`, torch's
+    two roundings (module docstring). Shared with the small-M GLU linear (kernels/small_m_linear_triton.py)."""
+    if EXP64:  # interpreter: correctly rounded fp32 exp
+        e = tl.exp((-g).to(tl.float64)).to(tl.float32)
+    else:  # GPU: __nv_expf, what torch's CUDA silu uses
+        e = libdevice.exp(-g)
+    s = _round_to(tl.div_rn(g, 1.0 + e), dtype)  # F.silu(gate) in gate's dtype
+    return _round_to(s * u, dtype)  # * up, rounded once
+
+
+@triton.jit
 def _silu_mul_kernel(
     gu_ptr, out_ptr, inter, gu_row_stride, out_row_stride,
     BLOCK: tl.constexpr, EXP64: tl.constexpr,
@@ -56,12 +68,7 @@ def _silu_mul_kernel(
     gate_ptrs = gu_ptr + row * gu_row_stride + cols
     g = _widen(tl.load(gate_ptrs, mask=mask, other=0.0))
     u = _widen(tl.load(gate_ptrs + inter, mask=mask, other=0.0))
-    if EXP64:  # interpreter: correctly rounded fp32 exp
-        e = tl.exp((-g).to(tl.float64)).to(tl.float32)
-    else:  # GPU: __nv_expf, what torch's CUDA silu uses
-        e = libdevice.exp(-g)
-    s = _round_to(tl.div_rn(g, 1.0 + e), gu_ptr.dtype.element_ty)  # F.silu(gate) in gate's dtype
-    y = _round_to(s * u, out_ptr.dtype.element_ty)  # * up, rounded once
+    y = _silu_mul_rounded(g, u, out_ptr.dtype.element_ty, EXP64)  # gate_up and out share the dtype
     tl.store(out_ptr + row * out_row_stride + cols, _narrow(y, out_ptr.dtype.element_ty), mask=mask)
 
 

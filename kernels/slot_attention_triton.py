@@ -46,7 +46,9 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_SPLITS = 16
 MIN_SPLIT_POSITIONS = 256  # a split covers at least this many positions of a full-length row
-SHORT_CACHE_POSITIONS = 16  # caches this short (the code predictor's frame) run one tile on 2 warps
+SHORT_CACHE_POSITIONS = 16  # caches this short (the code predictor's frame) run one tile on 1-2 warps
+SHORT_CACHE_STAGES = 2      # ... with a 2-deep K/V pipeline
+SHORT_CACHE_ONE_WARP_PROGRAMS = 512  # ... on 1 warp from this many (row, kv head) programs
 _LOG2E = 1.4426950408889634
 _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 
@@ -186,8 +188,7 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
                                  num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
     0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
-    >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth; None:
-    Triton's default) override the heuristics (tests, tuning); by default a CPU (interpreter)
+    >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth) override the heuristics (tests, tuning); by default a CPU (interpreter)
     launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
@@ -212,10 +213,16 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
     default_block_n, default_warps = choose_block(head_dim, q.dtype)
     # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked
     # rows, and 2 warps: one tile has too little work for 4 (H200, batch 256: 8.8 vs 11.0 us a call,
-    # batch 64: 3.6 vs 4.1, batch 1: 2.6 vs 2.5; benchmarks/bench_decode_kernels.py)
+    # batch 64: 3.6 vs 4.1, batch 1: 2.6 vs 2.5; benchmarks/bench_decode_kernels.py). A 2-deep
+    # pipeline instead of Triton's default 3 holds less shared memory, so more programs share an SM,
+    # and from 512 programs 1 warp each (H100, 16 positions: batch 256 8.7 -> 6.9 us a call, batch 64
+    # 3.6 either way, batch 1 2.8 -> 2.6 us on 2 warps; 2026-11-26-slot-attention-stages-h100.json)
+    default_stages = None
     if num_positions <= SHORT_CACHE_POSITIONS:
-        default_warps = 2
+        default_warps = 1 if batch * num_kv >= SHORT_CACHE_ONE_WARP_PROGRAMS else 2
+        default_stages = SHORT_CACHE_STAGES
     num_warps = default_warps if num_warps is None else num_warps
+    num_stages = default_stages if num_stages is None else num_stages
     default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))
     block_n = default_block_n if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):

@@ -15,6 +15,15 @@ Numerics: products and sums in fp32 (bf16/fp16 widened exactly, by bits for bf16
 interpreter agrees), one rounding of the output (nearest even, kernels/bf16_bits.py). Summation
 order differs from cuBLAS, so results agree to fp32 rounding before the output rounding, not bit
 for bit. Capturable in a CUDA graph: no host syncs, the only allocation is the output.
+
+GLU variant (`small_m_linear_silu_mul_triton`): the MLP's fused gate/up projection and its SwiGLU in
+one launch. W is [2I, K] (gate rows, then up rows); a program forms BLOCK_N gate rows and the same
+BLOCK_N up rows, rounds both sums to the dtype as the plain kernel stores them, and applies
+kernels/silu_mul_triton.py's exact arithmetic (`_silu_mul_rounded`, with FMA contraction off as
+there): one launch, no [M, 2I] round trip through memory. In the interpreter the output is bit for
+bit silu_mul(small_m_linear(x, W)); on the GPU the plain kernel may contract its products and sums
+into FMAs, so a gate/up sum can differ in its last fp32 bit before rounding (the same order-of-
+summation slack the plain kernel has against cuBLAS).
 The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
 """
 from __future__ import annotations
@@ -25,6 +34,8 @@ import triton.language as tl
 
 from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
 from kernels.pdl import pdl_launch, wait_for_prior_grid
+from kernels.rmsnorm_triton import _round_to
+from kernels.silu_mul_triton import LAUNCH_OPTIONS as SILU_LAUNCH_OPTIONS, _silu_mul_rounded
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_ROWS = 16           # x rows this kernel takes (the decode buckets 1 and 8; larger M is a real GEMM)
@@ -36,7 +47,8 @@ MAX_TILE = 16384        # BLOCK_N x BLOCK_K elements held per program (64 fp32 r
 @triton.jit
 def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           HAS_BIAS: tl.constexpr, PDL: tl.constexpr):
+                           HAS_BIAS: tl.constexpr, GLU: tl.constexpr, EXP64: tl.constexpr, PDL: tl.constexpr):
+    """y [M, N] = x W[:N]^T (+ b); GLU: y = silu(x W[:N]^T + b[:N]) * (x W[N:2N]^T + b[N:2N])."""
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
     pid = tl.program_id(0)
@@ -45,19 +57,32 @@ def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, strid
     offs_k = tl.arange(0, BLOCK_K)
     rows_m = tl.arange(0, BLOCK_M)
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+    up_rows = w_rows + N * stride_wn   # GLU only: the up half of W
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
         k_ok = k < K
-        w = _to_f32(tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0))  # [BN, BK]
+        w_mask = n_ok[:, None] & k_ok[None, :]
+        w = _to_f32(tl.load(w_rows + k[None, :], mask=w_mask, other=0.0))                  # [BN, BK]
+        if GLU:
+            w_up = _to_f32(tl.load(up_rows + k[None, :], mask=w_mask, other=0.0))
         for m in tl.static_range(BLOCK_M):
             # rows past M load nothing and their sums are never stored
             row_ok = tl.full([BLOCK_K], m, tl.int32) < M
             x = _to_f32(tl.load(x_ptr + m * stride_xm + k, mask=k_ok & row_ok, other=0.0))     # [BK]
             part = tl.sum(w * x[None, :], axis=1)                                             # [BN]
             acc += tl.where(rows_m[:, None] == m, part[None, :], 0.0)
+            if GLU:
+                part_up = tl.sum(w_up * x[None, :], axis=1)
+                acc_up += tl.where(rows_m[:, None] == m, part_up[None, :], 0.0)
     if HAS_BIAS:
         acc += _to_f32(tl.load(b_ptr + offs_n, mask=n_ok, other=0.0))[None, :]
+        if GLU:
+            acc_up += _to_f32(tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0))[None, :]
+    if GLU:   # gate and up rounded as the plain kernel stores them, then silu_mul's arithmetic
+        dtype = y_ptr.dtype.element_ty
+        acc = _silu_mul_rounded(_round_to(acc, dtype), _round_to(acc_up, dtype), dtype, EXP64)
     y_offs = rows_m[:, None] * stride_ym + offs_n[None, :]
     tl.store(y_ptr + y_offs, _from_f32(acc, y_ptr.dtype.element_ty), mask=(rows_m[:, None] < M) & n_ok[None, :])
 
@@ -67,14 +92,34 @@ def is_interpreting() -> bool:
     return not isinstance(_small_m_linear_kernel, triton.runtime.JITFunction)
 
 
-def choose_blocks(m: int, n: int, k: int) -> tuple[int, int, int, int]:
+def choose_blocks(m: int, n: int, k: int, tiles: int = 1) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps): the whole row per slice up to MAX_BLOCK_K, then as many
-    rows per program as keep the tile within MAX_TILE and the grid near TARGET_PROGRAMS (at least 1)."""
+    rows per program as keep the tile within MAX_TILE and the grid near TARGET_PROGRAMS (at least 1).
+    tiles: W tiles a program holds at once (2 for the GLU variant: gate and up)."""
     block_m = triton.next_power_of_2(max(m, 1))
     block_k = min(MAX_BLOCK_K, triton.next_power_of_2(k))
-    block_n = max(1, min(MAX_TILE // block_k, triton.next_power_of_2(max(1, n // TARGET_PROGRAMS))))
-    num_warps = 8 if block_n * block_k >= 8192 else 4
+    block_n = max(1, min(MAX_TILE // (tiles * block_k), triton.next_power_of_2(max(1, n // TARGET_PROGRAMS))))
+    num_warps = 8 if tiles * block_n * block_k >= 8192 else 4
     return block_m, block_n, block_k, num_warps
+
+
+def _checked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, name: str):
+    """The launchers' argument checks; -> x, weight, bias with unit last strides."""
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"{name}: x [M, K] and weight [N, K] disagree: {tuple(x.shape)} vs {tuple(weight.shape)}")
+    if x.dtype not in SUPPORTED_DTYPES or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise ValueError(f"{name}: x, weight and bias must share a dtype in {SUPPORTED_DTYPES}")
+    if x.shape[0] > MAX_ROWS:
+        raise ValueError(f"{name} takes at most {MAX_ROWS} rows, got {x.shape[0]}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"{name}: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    return x, weight, bias
 
 
 def small_m_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -82,33 +127,45 @@ def small_m_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     """x [M, K] (M <= MAX_ROWS, last dim contiguous), weight [N, K] (last dim contiguous), bias [N]
     or None, one dtype -> y [M, N] contiguous in x's dtype. block_n / num_warps override the choice
     (tests, tuning)."""
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"small_m_linear_triton: x [M, K] and weight [N, K] disagree: {tuple(x.shape)} vs "
-                         f"{tuple(weight.shape)}")
-    if x.dtype not in SUPPORTED_DTYPES or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
-        raise ValueError(f"small_m_linear_triton: x, weight and bias must share a dtype in {SUPPORTED_DTYPES}")
+    x, weight, bias = _checked(x, weight, bias, "small_m_linear_triton")
     m, k = x.shape
     n = weight.shape[0]
-    if m > MAX_ROWS:
-        raise ValueError(f"small_m_linear_triton takes at most {MAX_ROWS} rows, got {m}")
-    if bias is not None and tuple(bias.shape) != (n,):
-        raise ValueError(f"small_m_linear_triton: bias must be [{n}], got {tuple(bias.shape)}")
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if y.numel() == 0:
         return y
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    if weight.stride(1) != 1:
-        weight = weight.contiguous()
-    if bias is not None and bias.stride(0) != 1:
-        bias = bias.contiguous()
     block_m, chosen_n, block_k, chosen_warps = choose_blocks(m, n, k)
     block_n = chosen_n if block_n is None else block_n
     if block_n < 1 or block_n & (block_n - 1):
         raise ValueError(f"block_n must be a power of two >= 1, got {block_n}")
     _small_m_linear_kernel[(triton.cdiv(n, block_n),)](
         x, weight, y if bias is None else bias, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=False, EXP64=False,
         num_warps=chosen_warps if num_warps is None else num_warps, **pdl_launch(x.device),
+    )
+    return y
+
+
+def small_m_linear_silu_mul_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                                   block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS), weight [2I, K] (gate rows, then up rows), bias [2I] or None ->
+    y [M, I] = silu(gate) * up (silu_mul_triton(small_m_linear_triton(x, weight, bias)), module docstring)."""
+    x, weight, bias = _checked(x, weight, bias, "small_m_linear_silu_mul_triton")
+    if weight.shape[0] % 2:
+        raise ValueError(f"small_m_linear_silu_mul_triton: weight needs gate and up halves, got "
+                         f"{tuple(weight.shape)}")
+    m, k = x.shape
+    inter = weight.shape[0] // 2
+    y = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    block_m, chosen_n, block_k, chosen_warps = choose_blocks(m, inter, k, tiles=2)
+    block_n = chosen_n if block_n is None else block_n
+    if block_n < 1 or block_n & (block_n - 1):
+        raise ValueError(f"block_n must be a power of two >= 1, got {block_n}")
+    _small_m_linear_kernel[(triton.cdiv(inter, block_n),)](
+        x, weight, y if bias is None else bias, y, m, inter, k, x.stride(0), weight.stride(0), y.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=True,
+        EXP64=is_interpreting(), num_warps=chosen_warps if num_warps is None else num_warps,
+        **SILU_LAUNCH_OPTIONS, **pdl_launch(x.device),
     )
     return y

@@ -9,6 +9,7 @@ plus that fp32 term (the kernel sums in fp32 and rounds once).
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_
                             compile_for_hopper, fresh_route, run_benchmark_smoke, run_interpreter_child,
                             save_child_results, skip_if_interpreting, use_launcher)
 from kernels import small_m_linear
-from kernels.small_m_linear import linear
+from kernels.silu_mul import silu_mul
+from kernels.small_m_linear import linear, linear_silu_mul
 
 HALF_ULP = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 # (M, N, K, bias, dtype, kwargs): 1, 3, 5, 8 and 16 rows; N not a multiple of any tile; K not a
@@ -50,8 +52,28 @@ def _make(name, seed):
     return {"x": x, "weight": weight, "bias": bias, "kwargs": kwargs}
 
 
+# the GLU variant (fused gate/up weight [2I, K] -> silu(gate) * up [M, I]): (M, I, K, bias, dtype, kwargs)
+GLU_CASES = {
+    "glu-bf16-m1": (1, 48, 128, False, torch.bfloat16, {}),
+    "glu-bf16-m3-bias": (3, 40, 96, True, torch.bfloat16, {}),
+    "glu-fp16-m2-bn2": (2, 33, 64, True, torch.float16, {"block_n": 2}),
+    "glu-fp32-m1-k8200": (1, 12, 8200, False, torch.float32, {}),
+}
+
+
+def _make_glu(name, seed):
+    m, inter, k, with_bias, dtype, kwargs = GLU_CASES[name]
+    gen = torch.Generator().manual_seed(100 + seed)
+    # gate sums spread over silu's curved part and its tails: scaled x, some large weights
+    x = (3 * torch.randn(m, k, generator=gen)).to(dtype)
+    weight = (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).to(dtype)
+    bias = torch.randn(2 * inter, generator=gen).to(dtype) if with_bias else None
+    return {"x": x, "weight": weight, "bias": bias, "kwargs": kwargs}
+
+
 def _cases():
-    return {name: _make(name, seed) for seed, name in enumerate(CASES)}
+    cases = {name: _make(name, seed) for seed, name in enumerate(CASES)}
+    return cases | {name: _make_glu(name, seed) for seed, name in enumerate(GLU_CASES)}
 
 
 def _assert_close(y, case):
@@ -78,6 +100,59 @@ def test_kernel_matches_fp64_linear(interpreted, name):
     cases, outputs, info = interpreted
     assert info["is_interpreting"]
     _assert_close(outputs[f"kernel/{name}"], cases[name])
+
+
+@pytest.mark.parametrize("name", list(GLU_CASES))
+def test_glu_variant_is_silu_mul_of_the_kernel_bit_for_bit(interpreted, name):
+    """One launch (projection + SwiGLU) against the two it replaces: small_m_linear then silu_mul,
+    both in the interpreter. Equal to the last bit, and close to fp64 silu(gate) * up."""
+    cases, outputs, _ = interpreted
+    got, two_launches = outputs[f"glu/{name}"], outputs[f"glu-two-launches/{name}"]
+    m, inter = GLU_CASES[name][0], GLU_CASES[name][1]
+    assert got.shape == (m, inter) and got.dtype == cases[name]["x"].dtype and got.is_contiguous()
+    assert torch.equal(got, two_launches)
+    case = cases[name]
+    gate_up = F.linear(case["x"].double(), case["weight"].double(),
+                       None if case["bias"] is None else case["bias"].double())
+    truth = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    assert torch.allclose(got.double(), truth, rtol=2 ** -6, atol=1e-3)
+
+
+def test_glu_dispatch_is_one_op_and_equals_the_kernel(interpreted):
+    _, outputs, info = interpreted
+    assert torch.equal(outputs["glu-dispatch/glu-bf16-m1"], outputs["glu/glu-bf16-m1"])
+    assert torch.equal(outputs["glu-dispatch/3d"][0], outputs["glu/glu-bf16-m1"])
+    launching = {op: n for op, n in info["glu_op_counts"].items() if op not in ("aten.view", "aten.reshape")}
+    assert launching == {"qwen3tts.small_m_linear_silu_mul": 1}
+
+
+def test_glu_off_is_linear_then_silu_mul(fresh_dispatcher):
+    case = _make_glu("glu-bf16-m3-bias", 1)
+    with OpCounter() as counter:
+        got = linear_silu_mul(case["x"], case["weight"], case["bias"])   # CPU, not asked for: no kernel
+    assert torch.equal(got, silu_mul(F.linear(case["x"], case["weight"], case["bias"])))
+    assert "qwen3tts.small_m_linear_silu_mul" not in counter.counts
+    odd = torch.randn(5, 8)   # no gate/up halves: the plain path raises silu_mul's own error
+    with pytest.raises((ValueError, RuntimeError)):
+        linear_silu_mul(torch.randn(1, 8), odd)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("inter, k", [(3072, 1024), (6144, 2048)])   # the predictor's and the talker's gate/up
+def test_glu_on_the_gpu_matches_the_two_launches(inter, k):
+    """On the GPU the plain kernel may contract its sums into FMAs where the GLU launch (FMA
+    contraction off, as silu_mul) does not: outputs within one bf16 ulp, nearly all equal."""
+    from kernels.silu_mul_triton import silu_mul_triton
+    from kernels.small_m_linear_triton import small_m_linear_silu_mul_triton, small_m_linear_triton
+
+    gen = torch.Generator().manual_seed(7)
+    x = (3 * torch.randn(1, k, generator=gen)).bfloat16().cuda()
+    weight = (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).bfloat16().cuda()
+    got = small_m_linear_silu_mul_triton(x, weight)
+    want = silu_mul_triton(small_m_linear_triton(x, weight))
+    diff = (got.float() - want.float()).abs()
+    assert float((diff <= 2 ** -7 * want.float().abs() + 1e-30).float().mean()) == 1.0
+    assert float((got == want).float().mean()) > 0.99
 
 
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if not c[5]])
@@ -211,12 +286,15 @@ def test_cpu_without_the_cpu_env_never_loads_triton(fresh_dispatcher):
 
 def test_model_layers_route_their_projections_through_linear(fresh_dispatcher):
     """With the kernel asked for, a decoder layer's four projections (fused qkv, o, fused gate/up,
-    down) go through the op at batch 1; off, none do."""
+    down) go through the ops at batch 1 (gate/up through the GLU one); off, none do."""
     from talker_service.model.config import DecoderStackConfig
     from talker_service.model.layers import DecoderLayer
 
     launcher = _stand_in(fresh_dispatcher)
     launcher.result = lambda x, w, b: F.linear(x, w, b)
+    fresh_route(fresh_dispatcher, small_m_linear, "_glu_route")
+    glu = use_launcher(fresh_dispatcher, small_m_linear, CountingLauncher(lambda x, w, b: silu_mul(F.linear(x, w, b))),
+                       "_glu_route")
     config = DecoderStackConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
                                 num_key_value_heads=2, head_dim=8, vocab_size=16, num_code_groups=4,
                                 rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False)
@@ -231,26 +309,29 @@ def test_model_layers_route_their_projections_through_linear(fresh_dispatcher):
     cos, sin = torch.ones(1, 1, 8), torch.zeros(1, 1, 8)
     with torch.no_grad():
         on = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
-        assert launcher.num_calls == 4
+        assert (launcher.num_calls, glu.num_calls) == (3, 1)    # qkv, o, down; gate/up with its SwiGLU
         fresh_dispatcher.delenv(small_m_linear.ENABLE_ENV)
         off = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
-    assert launcher.num_calls == 4 and on.shape == off.shape == (1, 1, 32)
+    assert (launcher.num_calls, glu.num_calls) == (3, 1) and on.shape == off.shape == (1, 1, 32)
 
 
 # ---------------------------------------------------------------------------------------------
 # Ahead-of-time compile for Hopper (no GPU needed)
 
 
-@pytest.mark.parametrize("dtype, m, n, k", [("bf16", 1, 1024, 1024), ("bf16", 1, 12288, 2048),
-                                         ("bf16", 8, 4096, 2048), ("fp32", 1, 2048, 6144)])
-def test_kernel_compiles_for_hopper_with_wide_loads(dtype, m, n, k, monkeypatch):
+@pytest.mark.parametrize("dtype, m, n, k, glu", [("bf16", 1, 1024, 1024, False), ("bf16", 1, 12288, 2048, False),
+                                              ("bf16", 8, 4096, 2048, False), ("fp32", 1, 2048, 6144, False),
+                                              ("bf16", 1, 6144, 2048, True), ("bf16", 1, 3072, 1024, True)])
+def test_kernel_compiles_for_hopper_with_wide_loads(dtype, m, n, k, glu, monkeypatch):
     """sm_90 compiles of the blocks choose_blocks picks for the models' shapes: the weight stream in
-    128-bit loads (8 bf16 / 4 fp32 a thread), never element by element; with a bias too."""
+    128-bit loads (8 bf16 / 4 fp32 a thread), never element by element; with a bias too. GLU (the
+    talker's and the predictor's gate/up at one row, n = I): the same loads for both halves, and
+    silu's correctly rounded divide."""
     from kernels import small_m_linear_triton as smt
 
     skip_if_interpreting(smt)
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
-    block_m, block_n, block_k, num_warps = smt.choose_blocks(m, n, k)
+    block_m, block_n, block_k, num_warps = smt.choose_blocks(m, n, k, tiles=2 if glu else 1)
     signature = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
                  "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32"}
     names = list(signature) + ["BLOCK_M", "BLOCK_N", "BLOCK_K", "HAS_BIAS"]
@@ -258,13 +339,16 @@ def test_kernel_compiles_for_hopper_with_wide_loads(dtype, m, n, k, monkeypatch)
     divisible = [i for i, name in enumerate(names)
                  if name.endswith("_ptr") or name.startswith("stride") or name in ("N", "K")]
     for has_bias in (False, True):
-        constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "HAS_BIAS": has_bias}
+        constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "HAS_BIAS": has_bias, "GLU": glu,
+                     "EXP64": False}
         kernel = compile_for_hopper(smt._small_m_linear_kernel, {**signature, **dict.fromkeys(constants, "constexpr")},
                                     constants, divisible, num_warps=num_warps)
         if not has_bias:
             ptx = kernel.asm["ptx"]
             assert "ld.global.v4" in ptx
             assert not re.search(r"ld\.global(\.nc)?\.(b16|u16|b32|u32|f32)\s", ptx), "scalar loads"
+            if glu:
+                assert "div.rn.f32" in ptx   # silu's correctly rounded divide, as in silu_mul
 
 
 def test_choose_blocks():
@@ -291,11 +375,23 @@ def test_benchmark_smoke_runs(tmp_path):
 def _run_child(work_dir: Path) -> None:
     import os
 
-    from kernels.small_m_linear_triton import is_interpreting, small_m_linear_triton
+    from kernels.silu_mul_triton import silu_mul_triton
+    from kernels.small_m_linear_triton import is_interpreting, small_m_linear_silu_mul_triton, small_m_linear_triton
 
     cases = torch.load(work_dir / "cases.pt")
     outputs = {}
     os.environ[small_m_linear.ENABLE_ENV] = "1"
+    for name in GLU_CASES:
+        case = cases.pop(name)
+        outputs[f"glu/{name}"] = small_m_linear_silu_mul_triton(case["x"], case["weight"], case["bias"],
+                                                                **case["kwargs"])
+        outputs[f"glu-two-launches/{name}"] = silu_mul_triton(small_m_linear_triton(case["x"], case["weight"],
+                                                                                    case["bias"]))
+        if name == "glu-bf16-m1":
+            outputs[f"glu-dispatch/{name}"] = linear_silu_mul(case["x"], case["weight"], case["bias"])
+            outputs["glu-dispatch/3d"] = linear_silu_mul(case["x"][None], case["weight"], case["bias"])
+            with torch.no_grad(), OpCounter() as glu_counter:
+                linear_silu_mul(case["x"], case["weight"], case["bias"])
     for name, case in cases.items():
         outputs[f"kernel/{name}"] = small_m_linear_triton(case["x"], case["weight"], case["bias"], **case["kwargs"])
         if not case["kwargs"]:
@@ -312,6 +408,9 @@ def _run_child(work_dir: Path) -> None:
     with torch.no_grad(), OpCounter() as counter:
         linear(case["x"], case["weight"], case["bias"])
     save_child_results(work_dir, outputs, small_m_linear, is_interpreting(), counter)
+    info_path = work_dir / "info.json"
+    info = json.loads(info_path.read_text()) | {"glu_op_counts": dict(glu_counter.counts)}
+    info_path.write_text(json.dumps(info))
 
 
 if __name__ == "__main__":

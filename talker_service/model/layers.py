@@ -19,8 +19,7 @@ from torch import nn
 from kernels.add_rmsnorm import add_rms_norm
 from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_write_kv
 from kernels.rmsnorm import rms_norm
-from kernels.silu_mul import silu_mul
-from kernels.small_m_linear import linear
+from kernels.small_m_linear import linear, linear_silu_mul
 from talker_service.model.config import DecoderStackConfig
 
 
@@ -183,8 +182,9 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        # one GEMM for gate and up, one launch for silu(gate) * up (kernels/silu_mul.py)
-        return linear(silu_mul(linear(x, *self._gate_up)), self.down_proj.weight, self.down_proj.bias)
+        # one GEMM for gate and up, one launch for silu(gate) * up (kernels/silu_mul.py); at a few
+        # rows one launch for both (kernels/small_m_linear.py)
+        return linear(linear_silu_mul(x, *self._gate_up), self.down_proj.weight, self.down_proj.bias)
 
 
 class DecoderLayer(nn.Module):
