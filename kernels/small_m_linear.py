@@ -22,7 +22,8 @@ inside the op:
 `linear_silu_mul(x, weight, bias)` is the MLP's silu_mul(F.linear(x, weight, bias)) for a fused
 gate/up weight [2I, K]. Routed by the same rules (and the same QWEN3_TTS_LINEAR_TRITON), it is one
 op, qwen3tts::small_m_linear_silu_mul, on the kernel's GLU variant: the projection and the SwiGLU in
-one launch (103 launches a batch-1 frame step fewer). Otherwise, and as that op's fallback, it is
+one launch (98 launches a batch-1 frame step fewer: every layer pass but the predictor's 2-row
+first steps). Otherwise, and as that op's fallback, it is
 F.linear then kernels/silu_mul.py.
 """
 from __future__ import annotations
@@ -46,8 +47,11 @@ _route = TritonRoute("small-M linear", "kernels.small_m_linear_triton", "small_m
                      __name__)
 triton_failure = _route.triton_failure
 reset_triton_failure = _route.reset_failure
+# the GLU op's own failure memory: a failure of that variant leaves the plain kernel in use
 _glu_route = TritonRoute("small-M linear + SiLU-GLU", "kernels.small_m_linear_triton",
                          "small_m_linear_silu_mul_triton", CPU_TRITON_ENV, __name__)
+glu_triton_failure = _glu_route.triton_failure
+reset_glu_triton_failure = _glu_route.reset_failure
 
 
 def max_rows_for(x: torch.Tensor) -> int:

@@ -137,6 +137,22 @@ def test_glu_off_is_linear_then_silu_mul(fresh_dispatcher):
         linear_silu_mul(torch.randn(1, 8), odd)
 
 
+def test_a_failing_glu_launch_falls_back_and_leaves_the_plain_kernel_on(fresh_dispatcher):
+    fresh_route(fresh_dispatcher, small_m_linear, "_glu_route")
+    plain = _stand_in(fresh_dispatcher)
+    failing = use_launcher(fresh_dispatcher, small_m_linear, CountingLauncher(None, error=RuntimeError("no ptxas")),
+                           "_glu_route")
+    case = _make_glu("glu-bf16-m1", 0)
+    want = silu_mul(F.linear(case["x"], case["weight"], case["bias"]))
+    assert torch.equal(linear_silu_mul(case["x"], case["weight"], case["bias"]), want)   # the reference answered
+    assert "no ptxas" in small_m_linear.glu_triton_failure()
+    assert torch.equal(linear_silu_mul(case["x"], case["weight"], case["bias"]), want)
+    assert failing.num_calls == 1                                   # remembered: not tried again
+    assert small_m_linear.triton_failure() is None
+    x, weight = torch.randn(1, 8), torch.randn(6, 8)
+    assert torch.equal(linear(x, weight), F.linear(x, weight) + 1) and plain.num_calls == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("inter, k", [(3072, 1024), (6144, 2048)])   # the predictor's and the talker's gate/up
 def test_glu_on_the_gpu_matches_the_two_launches(inter, k):
