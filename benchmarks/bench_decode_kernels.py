@@ -43,14 +43,14 @@ ATTN_SWEEP = [(16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (64, 2), (64, 4), (64
 ATTN_STAGES = (None, 1, 2, 3, 4, 5)
 
 
-def graph_ms(fn, warmup: int = 3, iters: int = 30) -> float:
-    """Median ms per call of fn, CALLS calls captured in one graph."""
+def graph_ms(fn, warmup: int = 3, iters: int = 30, calls: int = CALLS) -> float:
+    """Median ms per call of fn, `calls` calls captured in one graph."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
     graph.replay()
     torch.cuda.synchronize()
@@ -61,7 +61,7 @@ def graph_ms(fn, warmup: int = 3, iters: int = 30) -> float:
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / CALLS)
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_decode_kernels import graph_ms  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 
 CHAIN = 200
@@ -56,24 +56,9 @@ def scale_add(x: torch.Tensor, y: torch.Tensor, pdl: bool, trigger: bool) -> Non
                                                  launch_pdl=pdl)
 
 
-def graph_us_per_launch(fn, launches: int, iters: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / launches)
-    return statistics.median(times)
+def graph_us_per_launch(fn, launches: int) -> float:
+    """fn (a chain of `launches` dependent launches) captured once; median us per launch."""
+    return 1e3 * graph_ms(fn, calls=1) / launches
 
 
 def main() -> None:

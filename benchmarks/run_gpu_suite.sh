@@ -158,13 +158,17 @@ e2e_mps() {
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
-talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
+unpack_base() {   # DIR LOG: the A/B base tree (build/base.tar) into DIR; a note in LOG when it is missing
   if [ ! -f build/base.tar ]; then
-    echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$OUT/talker-ab.log"
+    echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$2"
     return 1
   fi
+  rm -rf "$1" && mkdir -p "$1" && tar -xf build/base.tar -C "$1"
+}
+
+talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
   local base=/tmp/talker-ab-base head=$PWD round side dir commit
-  rm -rf "$base" && mkdir -p "$base" && tar -xf build/base.tar -C "$base"
+  unpack_base "$base" "$OUT/talker-ab.log" || return 1
   local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
   base_commit=$(cat build/base.commit 2>/dev/null || echo base)
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
@@ -179,12 +183,8 @@ talker_ab() {   # the talker step's graph, base tree (build/base.tar) against th
 }
 
 e2e_ab() {
-  if [ ! -f build/base.tar ]; then
-    echo "no build/base.tar: run scripts/ab_base.sh COMMIT on the host and carry build" | tee "$OUT/ab.txt"
-    return 1
-  fi
   local base=/tmp/ab-base head=$PWD round side dir commit
-  rm -rf "$base" && mkdir -p "$base" && tar -xf build/base.tar -C "$base"
+  unpack_base "$base" "$OUT/ab.txt" || return 1
   local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
   base_commit=$(cat build/base.commit 2>/dev/null || echo base)
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
