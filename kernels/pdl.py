@@ -7,11 +7,11 @@ scheduled while the kernel ahead of it in the stream is still finishing; its pro
 visible, before they touch memory. benchmarks/bench_pdl.py, H100, in a CUDA graph: a boundary
 between two of our Triton kernels 1.43 -> 0.90 us; a cuBLAS GEMM -> Triton one 0.18 us shorter.
 
-Where: only in a `scope(True)`, which the talker opens around capturing its batch-1 decode graph.
-At batch 1 the step's GEMMs are our small-M Triton kernel (kernels/small_m_linear.py), so nearly
-every boundary is ours: the step's graph went 4.24 -> 4.09-4.14 ms (H100). From batch 2 the GEMMs
-are cuBLAS, and PDL made the step slower at every batch measured (2-256: +1 to +4%, the kernel
-time unchanged, the gaps longer), so it stays off there. Off by default everywhere else too.
+Where: only in a `scope(True)`, which the talker opens around capturing its decode graphs of 1-2
+rows. There the step's GEMMs are our small-M Triton kernel (kernels/small_m_linear.py), so nearly
+every boundary is ours: the batch-1 step went 4.24 -> 4.09-4.14 ms (H100). Where the GEMMs are
+cuBLAS, PDL made the step slower at every batch measured (2-256: +1 to +4%, the kernel time
+unchanged, the gaps longer), so it stays off there. Off by default everywhere else too.
 
 Rule for a kernel that takes part: `wait_for_prior_grid` is its FIRST statement (before it reads
 its index tensors or writes anything), under its `PDL: tl.constexpr` flag, and its launcher passes

@@ -1,12 +1,13 @@
-"""Few-row linear dispatcher: `linear(x, weight, bias)` is F.linear, except that a CUDA call of a
-single row (by default) goes to one custom op, qwen3tts::small_m_linear, backed by the Triton
+"""Few-row linear dispatcher: `linear(x, weight, bias)` is F.linear, except that a CUDA call of one
+or two rows (by default) goes to one custom op, qwen3tts::small_m_linear, backed by the Triton
 weight-stream kernel (kernels/small_m_linear_triton.py).
 
-Why one row by default (H200, 2026-11-26, benchmarks/results/2026-11-26-*.md): at one row the
-kernel streams the talker's weights faster than cuBLAS (one frame's GEMMs 3.56 -> 2.27 ms; the
-batch-1 talker step 5.61 -> 4.29 ms), at eight rows it is twice as slow (3.06 -> 6.39 ms; step 5.60
--> 8.96 ms). QWEN3_TTS_LINEAR_TRITON chooses otherwise: "0" never, "1" every call of at most
-MAX_ROWS rows (tuning and tests), unset or anything else the default.
+Why up to two rows by default (benchmarks/results/2026-11-26-*.md): at one row the kernel streams
+the talker's weights faster than cuBLAS (H200: one frame's GEMMs 3.56 -> 2.27 ms; the batch-1
+talker step 5.61 -> 4.29 ms), at eight rows it is twice as slow (3.06 -> 6.39 ms; step 5.60 -> 8.96
+ms). In between (H100, with the GLU variant and PDL): the step at batch 2 5.22-5.34 -> 4.89 ms, at
+batch 4 5.27-5.38 -> 6.08-6.10 ms. QWEN3_TTS_LINEAR_TRITON chooses otherwise: "0" never, "1" every
+call of at most MAX_ROWS rows (tuning and tests), unset or anything else the default.
 
 Routing of `linear`, in order:
 1. not asked for (QWEN3_TTS_LINEAR_TRITON="0", or by default more than AUTO_MAX_ROWS rows or a
@@ -40,7 +41,7 @@ from kernels.triton_route import TritonRoute
 CPU_TRITON_ENV = "QWEN3_TTS_LINEAR_CPU_TRITON"
 ENABLE_ENV = "QWEN3_TTS_LINEAR_TRITON"
 MAX_ROWS = 16   # kernels.small_m_linear_triton.MAX_ROWS, repeated so routing never imports triton
-AUTO_MAX_ROWS = 1  # rows the kernel takes when the variable is unset (measured faster only there)
+AUTO_MAX_ROWS = 2  # rows the kernel takes when the variable is unset (measured faster only up to there)
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 _route = TritonRoute("small-M linear", "kernels.small_m_linear_triton", "small_m_linear_triton", CPU_TRITON_ENV,

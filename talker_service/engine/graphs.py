@@ -33,10 +33,11 @@ logger = logging.getLogger(__name__)
 NUM_WARMUP_RUNS = 2
 NUM_INDEX_ROWS = 4   # slots, positions, frame counts, text ids
 # Decode graphs up to this batch are captured with programmatic dependent launch (kernels/pdl.py):
-# at batch 1 the GEMMs are our Triton small-M kernel, so the step is a chain of our own kernels and
-# PDL shortens it (H100: 4.24 -> 4.09-4.14 ms); from batch 2 the GEMMs are cuBLAS and PDL made every
-# batch measured slower (2-256: +1 to +4%; benchmarks/results/2026-11-26-talker-pdl-h100.md).
-PDL_MAX_BATCH = 1
+# at batches 1-2 the GEMMs are our Triton small-M kernel (kernels/small_m_linear.AUTO_MAX_ROWS), so
+# the step is a chain of our own kernels and PDL shortens it (H100, batch 1: 4.24 -> 4.09-4.14 ms);
+# where the GEMMs are cuBLAS PDL made every batch measured slower (+1 to +4%;
+# benchmarks/results/2026-11-26-talker-pdl-h100.md).
+PDL_MAX_BATCH = 2
 
 
 def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None, use_pdl: bool = False):
