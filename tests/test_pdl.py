@@ -1,6 +1,6 @@
 """Programmatic dependent launch (kernels/pdl.py): when launches use it, that every kernel with a
 PDL flag waits for the prior grid before anything else, and (on a Hopper GPU) that a decode step
-captured with PDL gives exactly the frames it gives without."""
+captured with PDL gives exactly the frames it gives without, at the batches captured with it."""
 from __future__ import annotations
 
 import ast
@@ -89,7 +89,8 @@ def test_every_pdl_kernel_waits_before_anything_else(module, name):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @torch.no_grad()
-def test_a_batch_one_step_captured_with_pdl_gives_the_same_frames():
+@pytest.mark.parametrize("batch", [1, 2])   # the batches captured with PDL (graphs.PDL_MAX_BATCH)
+def test_a_small_batch_step_captured_with_pdl_gives_the_same_frames(batch):
     if torch.cuda.get_device_capability() < pdl.MIN_CAPABILITY:
         pytest.skip("PDL needs compute capability >= 9")
     from benchmarks.bench_talker import FrameStep, build_random
@@ -98,8 +99,8 @@ def test_a_batch_one_step_captured_with_pdl_gives_the_same_frames():
     from talker_service.model import TalkerConfig
 
     config = TalkerConfig.from_dict(model_config("custom_voice", "tiny")["talker_config"])
-    decoder = build_random(config, "cuda", torch.bfloat16, 2, 64, 64)
-    step = FrameStep(decoder, 1, 48, 8)
+    decoder = build_random(config, "cuda", torch.bfloat16, 3, 64, 64)
+    step = FrameStep(decoder, batch, 48, 8)
     with_pdl, _ = capture_graph(step, use_pdl=True)
     without, _ = capture_graph(step, use_pdl=False)
     table = decoder.table

@@ -155,14 +155,15 @@ def test_a_failing_glu_launch_falls_back_and_leaves_the_plain_kernel_on(fresh_di
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("inter, k", [(3072, 1024), (6144, 2048)])   # the predictor's and the talker's gate/up
-def test_glu_on_the_gpu_matches_the_two_launches(inter, k):
+@pytest.mark.parametrize("rows", [1, 2])
+def test_glu_on_the_gpu_matches_the_two_launches(inter, k, rows):
     """On the GPU the plain kernel may contract its sums into FMAs where the GLU launch (FMA
     contraction off, as silu_mul) does not: outputs within one bf16 ulp, nearly all equal."""
     from kernels.silu_mul_triton import silu_mul_triton
     from kernels.small_m_linear_triton import small_m_linear_silu_mul_triton, small_m_linear_triton
 
     gen = torch.Generator().manual_seed(7)
-    x = (3 * torch.randn(1, k, generator=gen)).bfloat16().cuda()
+    x = (3 * torch.randn(rows, k, generator=gen)).bfloat16().cuda()
     weight = (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).bfloat16().cuda()
     got = small_m_linear_silu_mul_triton(x, weight)
     want = silu_mul_triton(small_m_linear_triton(x, weight))
