@@ -39,7 +39,8 @@ CALLS = 16
 BATCHES = (1, 64, 256)
 SAMPLING_WARPS = (1, 2, 4, 8, 16)
 ATTN_SWEEP = [(16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8)]
-# K/V load pipeline depths tried for the talker caches at the sweep's best (BLOCK_N, warps); None: Triton's default
+# K/V load pipeline depths tried at the sweep's best and the default (BLOCK_N, warps), and at every sweep
+# point for the predictor's cache; None: the launcher's default (Triton's, or 2 for a one-tile cache)
 ATTN_STAGES = (None, 1, 2, 3, 4, 5)
 
 

@@ -31,7 +31,7 @@ from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
 from talker_service.engine import EngineConfig, ModelRunner  # noqa: E402
-from talker_service.engine.graphs import PDL_MAX_BATCH, capture_graph  # noqa: E402
+from talker_service.engine.graphs import capture_graph, captures_with_pdl  # noqa: E402
 from talker_service.engine.prefiller import PrefillChunk  # noqa: E402
 from talker_service.model.talker import build_empty  # noqa: E402
 from talker_service.prompt import PromptVocab  # noqa: E402
@@ -114,8 +114,8 @@ def time_calls(fn, device, warmup: int, iters: int) -> dict:
 
 
 def capture(fn, warmup: int, use_pdl: bool = False):
-    """fn captured as one CUDA graph with the service's capture code -> its replay (use_pdl: as the
-    service captures its batch-1 step, talker_service/engine/graphs.py PDL_MAX_BATCH)."""
+    """fn captured as one CUDA graph with the service's capture code -> its replay (use_pdl: pass
+    talker_service.engine.graphs.captures_with_pdl(batch, device) to capture as the service does)."""
     graph, _ = capture_graph(fn, warmup, use_pdl=use_pdl)
     return graph.replay
 
@@ -219,7 +219,7 @@ def run(args) -> dict:
             for ctx in contexts:
                 for bs in batches:
                     step = FrameStep(decoder, bs, ctx, args.prompt_len)
-                    replay = capture(step, w, use_pdl=bs <= PDL_MAX_BATCH)
+                    replay = capture(step, w, use_pdl=captures_with_pdl(bs, device))
                     results["graph"][f"bs{bs}_ctx{ctx}"] = time_calls(replay, device, w, n)
                     logger.info("graph bs=%d ctx=%d: %.2f ms", bs, ctx, results["graph"][f"bs{bs}_ctx{ctx}"]["median_ms"])
             if args.compile:

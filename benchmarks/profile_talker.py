@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_talker import FrameStep, build_random, capture, time_calls  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 from checkpoint.configs import model_config  # noqa: E402
-from talker_service.engine.graphs import PDL_MAX_BATCH  # noqa: E402
+from talker_service.engine.graphs import captures_with_pdl  # noqa: E402
 from talker_service.model import TalkerConfig  # noqa: E402
 
 NUM_PROFILED_REPLAYS = 10
@@ -47,7 +47,7 @@ def kernel_table(prof, num_calls: int) -> list[dict]:
 
 def profile_graph(decoder, batch: int, context_len: int, prompt_len: int, warmup: int, iters: int) -> dict:
     step = FrameStep(decoder, batch, context_len, prompt_len)
-    replay = capture(step, warmup, use_pdl=batch <= PDL_MAX_BATCH)
+    replay = capture(step, warmup, use_pdl=captures_with_pdl(batch, "cuda"))
     timing = time_calls(replay, "cuda", warmup, iters)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -19,7 +19,8 @@
 #                            alternated AB_ROUNDS (2) times, on one machine: talker-ab.log + JSONs
 #   pdl-ab                   programmatic dependent launch (kernels/pdl.py): a kernel boundary's cost
 #                            alone (benchmarks/bench_pdl.py), then the talker step's graph at
-#                            PROFILE_BATCHES with QWEN3_TTS_PDL=0 / 1, alternated twice (pdl-ab.log)
+#                            PROFILE_BATCHES with QWEN3_TTS_PDL=0 against the default (PDL where the
+#                            GEMMs are the few-row kernel, graphs.captures_with_pdl), alternated twice
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm

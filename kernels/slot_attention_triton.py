@@ -176,6 +176,13 @@ def choose_block(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
     return 64, 4
 
 
+def choose_short_cache(batch: int, num_kv_heads: int) -> tuple[int, int]:
+    """(num_warps, num_stages) for a cache of at most SHORT_CACHE_POSITIONS (one tile): 2 stages, and
+    1 warp once the grid has SHORT_CACHE_ONE_WARP_PROGRAMS (row, kv head) programs, else 2."""
+    warps = 1 if batch * num_kv_heads >= SHORT_CACHE_ONE_WARP_PROGRAMS else 2
+    return warps, SHORT_CACHE_STAGES
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return _DEFAULT_NUM_SMS
@@ -188,8 +195,8 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
                                  num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
     0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
-    >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth) override the heuristics (tests, tuning); by default a CPU (interpreter)
-    launch does not split."""
+    >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth) override
+    the heuristics (tests, tuning); by default a CPU (interpreter) launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
@@ -219,8 +226,7 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
     # 3.6 either way, batch 1 2.8 -> 2.6 us on 2 warps; 2026-11-26-slot-attention-stages-h100.json)
     default_stages = None
     if num_positions <= SHORT_CACHE_POSITIONS:
-        default_warps = 1 if batch * num_kv >= SHORT_CACHE_ONE_WARP_PROGRAMS else 2
-        default_stages = SHORT_CACHE_STAGES
+        default_warps, default_stages = choose_short_cache(batch, num_kv)
     num_warps = default_warps if num_warps is None else num_warps
     num_stages = default_stages if num_stages is None else num_stages
     default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))

@@ -23,9 +23,8 @@ inside the op:
 `linear_silu_mul(x, weight, bias)` is the MLP's silu_mul(F.linear(x, weight, bias)) for a fused
 gate/up weight [2I, K]. Routed by the same rules (and the same QWEN3_TTS_LINEAR_TRITON), it is one
 op, qwen3tts::small_m_linear_silu_mul, on the kernel's GLU variant: the projection and the SwiGLU in
-one launch (98 launches a batch-1 frame step fewer: every layer pass but the predictor's 2-row
-first steps). Otherwise, and as that op's fallback, it is
-F.linear then kernels/silu_mul.py.
+one launch (103 launches a batch-1 frame step fewer, one per layer pass). Otherwise, and as that
+op's fallback, it is F.linear then kernels/silu_mul.py.
 """
 from __future__ import annotations
 
@@ -55,14 +54,19 @@ glu_triton_failure = _glu_route.triton_failure
 reset_glu_triton_failure = _glu_route.reset_failure
 
 
-def max_rows_for(x: torch.Tensor) -> int:
-    """The most rows of x that go to the kernel: 0 (off), AUTO_MAX_ROWS on CUDA, or MAX_ROWS."""
+def max_rows_on(device: torch.device) -> int:
+    """The most rows a call on `device` sends to the kernel: 0 (off), AUTO_MAX_ROWS on CUDA, or MAX_ROWS."""
     wanted = os.environ.get(ENABLE_ENV)
     if wanted == "0":
         return 0
     if wanted == "1":
         return MAX_ROWS
-    return AUTO_MAX_ROWS if x.is_cuda else 0
+    return AUTO_MAX_ROWS if device.type == "cuda" else 0
+
+
+def max_rows_for(x: torch.Tensor) -> int:
+    """max_rows_on(x's device)."""
+    return max_rows_on(x.device)
 
 
 def _reference_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -124,6 +128,6 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     """silu_mul(F.linear(x, weight, bias)) for x [..., K] and a fused gate/up weight [2I, K] -> [..., I];
     one launch of the few-row kernel's GLU variant when `linear` would take the kernel (module docstring)."""
     if weight.dim() != 2 or weight.shape[0] % 2 or not _wants_kernel(x, weight, bias):
-        return silu_mul(F.linear(x, weight, bias))
+        return _reference_glu_op(x, weight, bias)
     out = small_m_linear_silu_mul_op(x.reshape(-1, x.shape[-1]), weight, bias)
     return out.view(*x.shape[:-1], weight.shape[0] // 2)

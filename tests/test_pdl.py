@@ -52,6 +52,19 @@ def test_off_outside_a_scope_and_off_the_gpu(monkeypatch):
     assert not pdl.use_pdl(gpu)
 
 
+def test_decode_graphs_take_pdl_exactly_where_their_gemms_are_the_few_row_kernel(monkeypatch):
+    from kernels import small_m_linear
+    from talker_service.engine.graphs import captures_with_pdl
+
+    monkeypatch.delenv(small_m_linear.ENABLE_ENV, raising=False)
+    assert [b for b in (1, 2, 4, 8, 256) if captures_with_pdl(b, "cuda")] == [1, 2]
+    assert not captures_with_pdl(1, "cpu")
+    monkeypatch.setenv(small_m_linear.ENABLE_ENV, "0")        # kernel off: cuBLAS GEMMs, no PDL
+    assert not captures_with_pdl(1, "cuda")
+    monkeypatch.setenv(small_m_linear.ENABLE_ENV, "1")        # kernel up to MAX_ROWS
+    assert captures_with_pdl(small_m_linear.MAX_ROWS, "cuda") and not captures_with_pdl(32, "cuda")
+
+
 def test_scope_is_per_thread():
     import threading
 
@@ -89,7 +102,7 @@ def test_every_pdl_kernel_waits_before_anything_else(module, name):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @torch.no_grad()
-@pytest.mark.parametrize("batch", [1, 2])   # the batches captured with PDL (graphs.PDL_MAX_BATCH)
+@pytest.mark.parametrize("batch", [1, 2])   # the batches captured with PDL (graphs.captures_with_pdl)
 def test_a_small_batch_step_captured_with_pdl_gives_the_same_frames(batch):
     if torch.cuda.get_device_capability() < pdl.MIN_CAPABILITY:
         pytest.skip("PDL needs compute capability >= 9")

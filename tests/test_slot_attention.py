@@ -399,6 +399,17 @@ def test_choose_num_splits():
     assert choose_num_splits(1, 8, 300, 132) == 1
 
 
+def test_choose_short_cache():
+    """The code predictor's one-tile cache: 2 pipeline stages always; 1 warp from 512 programs (H100,
+    batch 256: 6.9 against 7.8 us on 2), 2 below (batch 1: 2.6 against 3.2 us on 1; 64: 3.6 either way)."""
+    from kernels.slot_attention_triton import choose_short_cache
+
+    assert choose_short_cache(256, 8) == (1, 2)
+    assert choose_short_cache(64, 8) == (1, 2)
+    assert choose_short_cache(63, 8) == (2, 2)
+    assert choose_short_cache(1, 8) == (2, 2)
+
+
 def _compile_for_hopper(kernel, signature, constants, num_warps):
     """Pointers and strides marked 16-divisible, as the JIT specializes them at run time."""
     pointers = [i for i, (name, ty) in enumerate(signature.items()) if ty.startswith("*") or name.startswith("stride")]

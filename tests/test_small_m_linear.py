@@ -250,6 +250,7 @@ def test_off_by_default_on_cpu_is_plain_linear(fresh_dispatcher):
 
 class _CudaLooking:
     is_cuda = True
+    device = torch.device("cuda")
 
 
 @pytest.mark.parametrize("setting, cuda_rows, cpu_rows", [(None, 2, 0), ("", 2, 0), ("yes", 2, 0), ("0", 0, 0),
@@ -261,6 +262,7 @@ def test_row_limit_per_setting(fresh_dispatcher, setting, cuda_rows, cpu_rows):
         fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, setting)
     assert small_m_linear.max_rows_for(_CudaLooking()) == cuda_rows
     assert small_m_linear.max_rows_for(torch.zeros(1)) == cpu_rows
+    assert small_m_linear.max_rows_on(torch.device("cuda")) == cuda_rows   # what the talker's graphs ask
 
 
 def test_zero_turns_the_kernel_off(fresh_dispatcher):

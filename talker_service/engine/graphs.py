@@ -26,18 +26,22 @@ import numpy as np
 import torch
 
 from kernels import pdl
+from kernels.small_m_linear import max_rows_on
 from talker_service.model import FrameDecoder, TalkerModel
 
 logger = logging.getLogger(__name__)
 
 NUM_WARMUP_RUNS = 2
 NUM_INDEX_ROWS = 4   # slots, positions, frame counts, text ids
-# Decode graphs up to this batch are captured with programmatic dependent launch (kernels/pdl.py):
-# at batches 1-2 the GEMMs are our Triton small-M kernel (kernels/small_m_linear.AUTO_MAX_ROWS), so
-# the step is a chain of our own kernels and PDL shortens it (H100, batch 1: 4.24 -> 4.09-4.14 ms);
-# where the GEMMs are cuBLAS PDL made every batch measured slower (+1 to +4%;
-# benchmarks/results/2026-11-26-talker-pdl-h100.md).
-PDL_MAX_BATCH = 2
+
+
+def captures_with_pdl(batch_size: int, device: torch.device | str) -> bool:
+    """Whether a decode graph of batch_size rows is captured with programmatic dependent launch
+    (kernels/pdl.py): where its GEMMs go to our few-row Triton kernel (kernels/small_m_linear.py,
+    1-2 rows by default) the step is a chain of our own kernels and PDL shortens it (H100, batch 1:
+    4.24 -> 4.09-4.14 ms); where they are cuBLAS PDL made every batch measured slower (+1 to +4%;
+    benchmarks/results/2026-11-26-talker-pdl-h100.md)."""
+    return batch_size <= max_rows_on(torch.device(device))
 
 
 def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None, use_pdl: bool = False):
@@ -96,7 +100,7 @@ class CapturedDecode:
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
             self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool,
-                                                   use_pdl=batch_size <= PDL_MAX_BATCH)
+                                                   use_pdl=captures_with_pdl(batch_size, device))
             # one replay on those padding rows now: a graph's first launch also uploads it to the
             # device, which would otherwise land on the first step at this batch size
             self.graph.replay()
