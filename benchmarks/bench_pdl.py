@@ -74,7 +74,7 @@ def main() -> None:
 
         def triton_chain(pdl: bool, trigger: bool = False):
             def run():
-                for i in range(CHAIN // 2):
+                for _ in range(CHAIN // 2):
                     scale_add(a, b, pdl, trigger)
                     scale_add(b, a, pdl, trigger)
             return run

@@ -167,38 +167,38 @@ unpack_base() {   # DIR LOG: the A/B base tree (build/base.tar) into DIR; a note
   rm -rf "$1" && mkdir -p "$1" && tar -xf build/base.tar -C "$1"
 }
 
-talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
-  local base=/tmp/talker-ab-base head=$PWD round side dir commit
-  unpack_base "$base" "$OUT/talker-ab.log" || return 1
-  local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
+ab_rounds() {   # RUN BASE_DIR: `RUN side round dir commit` for base then head, AB_ROUNDS (2) times
+  local run=$1 base=$2 round base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
   base_commit=$(cat build/base.commit 2>/dev/null || echo base)
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
-    for side in base head; do
-      if [ "$side" = base ]; then dir=$base commit=$base_commit; else dir=$head commit=$head_commit; fi
-      (cd "$dir" && QWEN3_TTS_COMMIT=$commit python3 benchmarks/profile_talker.py \
-        --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-ab-$side$round-$commit.json" 2>&1 \
-        | grep -E "^batch|Error" | sed "s/^/$side $commit round $round: /" >> "$OUT/talker-ab.log")
-    done
+    "$run" base "$round" "$base" "$base_commit"
+    "$run" head "$round" "$PWD" "$head_commit"
   done
+}
+
+talker_ab_run() {   # side round dir commit: that tree's profile_talker at PROFILE_BATCHES
+  (cd "$3" && QWEN3_TTS_COMMIT=$4 python3 benchmarks/profile_talker.py \
+    --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-ab-$1$2-$4.json" 2>&1 \
+    | grep -E "^batch|Error" | sed "s/^/$1 $4 round $2: /" >> "$OUT/talker-ab.log")
+}
+
+talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
+  unpack_base /tmp/talker-ab-base "$OUT/talker-ab.log" || return 1
+  ab_rounds talker_ab_run /tmp/talker-ab-base
   cat "$OUT/talker-ab.log"
 }
 
+e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both read the one checkpoint)
+  (cd "$3" && QWEN3_TTS_COMMIT=$4 timeout "${AB_RUN_TIMEOUT_S:-150}" python3 benchmarks/bench_e2e.py \
+    --model "$CKPT" --device cuda --concurrency "${AB_LEVELS:-256}" --out "$OUT/ab-$1$2-$4.json" \
+    > "/tmp/ab-$1$2.log" 2>&1)
+  echo "== $1 $4 round $2 (exit $?)" >> "$OUT/ab.txt"
+  grep -A2 "^c=" "/tmp/ab-$1$2.log" >> "$OUT/ab.txt" || tail -5 "/tmp/ab-$1$2.log" >> "$OUT/ab.txt"
+}
+
 e2e_ab() {
-  local base=/tmp/ab-base head=$PWD round side dir commit
-  unpack_base "$base" "$OUT/ab.txt" || return 1
-  local base_commit head_commit=${QWEN3_TTS_COMMIT:-head}
-  base_commit=$(cat build/base.commit 2>/dev/null || echo base)
-  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
-    for side in base head; do
-      if [ "$side" = base ]; then dir=$base commit=$base_commit; else dir=$head commit=$head_commit; fi
-      # each side runs its own tree's bench_e2e and stack; both read the one checkpoint
-      (cd "$dir" && QWEN3_TTS_COMMIT=$commit timeout "${AB_RUN_TIMEOUT_S:-150}" python3 benchmarks/bench_e2e.py \
-        --model "$CKPT" --device cuda --concurrency "${AB_LEVELS:-256}" --out "$OUT/ab-$side$round-$commit.json" \
-        > "/tmp/ab-$side$round.log" 2>&1)
-      echo "== $side $commit round $round (exit $?)" >> "$OUT/ab.txt"
-      grep -A2 "^c=" "/tmp/ab-$side$round.log" >> "$OUT/ab.txt" || tail -5 "/tmp/ab-$side$round.log" >> "$OUT/ab.txt"
-    done
-  done
+  unpack_base /tmp/ab-base "$OUT/ab.txt" || return 1
+  ab_rounds e2e_ab_run /tmp/ab-base
   cat "$OUT/ab.txt"
 }
 

@@ -64,7 +64,7 @@ GLU_CASES = {
 def _make_glu(name, seed):
     m, inter, k, with_bias, dtype, kwargs = GLU_CASES[name]
     gen = torch.Generator().manual_seed(100 + seed)
-    # gate sums spread over silu's curved part and its tails: scaled x, some large weights
+    # x scaled by 3: gate sums spread over silu's curved part and both of its tails
     x = (3 * torch.randn(m, k, generator=gen)).to(dtype)
     weight = (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).to(dtype)
     bias = torch.randn(2 * inter, generator=gen).to(dtype) if with_bias else None
