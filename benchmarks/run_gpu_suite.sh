@@ -21,6 +21,10 @@
 #                            alone (benchmarks/bench_pdl.py), then the talker step's graph at
 #                            PROFILE_BATCHES with QWEN3_TTS_PDL=0 against the default (PDL where the
 #                            GEMMs are the few-row kernel, graphs.captures_with_pdl), alternated twice
+#   deferred-norm-ab         the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_DEFERRED_NORM=0 (a
+#                            norm launch before every q/k/v and gate/up GEMM) against the default (norm
+#                            weights folded into those GEMMs, residual adds in o_proj/down_proj; see
+#                            talker_service/model/layers.py), alternated AB_ROUNDS (2) times
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm
@@ -236,7 +240,7 @@ for w in $which; do
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
         tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_silu_mul.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_pdl.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_pdl.py tests/test_deferred_norm.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
@@ -306,6 +310,15 @@ for w in $which; do
         done
       done
       cat "$OUT/pdl-ab.log" ;;
+    deferred-norm-ab)
+      for round in $(seq "${AB_ROUNDS:-2}"); do
+        for on in 0 1; do
+          QWEN3_TTS_DEFERRED_NORM=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
+            --out "$OUT/talker-profile-deferred-norm$on-$round.json" 2>&1 | grep -E "^batch|Error" \
+            | sed "s/^/deferred_norm=$on round $round: /" >> "$OUT/deferred-norm-ab.log"
+        done
+      done
+      cat "$OUT/deferred-norm-ab.log" ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;

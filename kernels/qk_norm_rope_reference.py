@@ -8,6 +8,12 @@ normalized value, times weight, x * cos, rotated * sin, and their sum.
 qk_norm_rope_write_kv_reference is the decode steps' variant: the same q/k computation, then K and V
 written into one layer's KV cache with the index writes the KV stores did themselves before
 (talker_service/model/kv_cache.py); a write is a copy, so the cache holds the same bits either way.
+
+Its optional norm_source is the deferred input RMSNorm of the decoder layer: the layer folds the
+input norm's weight into the columns of the fused q/k/v projection and feeds the GEMM the raw
+residual stream h, so q, k and v arrive missing one per-token factor s = rsqrt(mean(h^2) + eps) (a
+scalar per token commutes with the GEMM). The op applies s first, one rounding per element, then
+does exactly what it does without it; the RMSNorm launch in front of the projection disappears.
 """
 from __future__ import annotations
 
@@ -54,6 +60,19 @@ def write_tokens(cache: torch.Tensor, values: torch.Tensor, dest_rows: torch.Ten
     cache[dest_rows[:, None], :, positions] = values.transpose(1, 2).to(cache.dtype)
 
 
+def norm_scale(norm_source: torch.Tensor, norm_eps: float) -> torch.Tensor:
+    """The deferred input norm's per-token factor s = rsqrt(mean(h^2) + eps) [B, L, 1] in fp32, in
+    kernels/rmsnorm_reference.py's order (fp32 square, mean, + eps, rsqrt)."""
+    return torch.rsqrt(norm_source.float().pow(2).mean(-1, keepdim=True) + norm_eps)
+
+
+def apply_norm_scale(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [B, L, heads, D] times its token's s [B, L, 1], computed in fp32 and rounded once to x's
+    dtype (the product stands in for the projection of the normalised stream, which the model
+    stores in x's dtype too). Not bit for bit the un-deferred layer: the rounding points move."""
+    return (x.float() * scale[..., None]).to(x.dtype)
+
+
 def qk_norm_rope_write_kv_reference(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -67,9 +86,18 @@ def qk_norm_rope_write_kv_reference(
     v_cache: torch.Tensor,
     dest_rows: torch.Tensor,
     dest_positions: torch.Tensor,
+    norm_source: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
 ) -> torch.Tensor:
     """qk_norm_rope_reference, then k_out and v [B, L, KV, D] (unchanged) written into k_cache/v_cache
-    [S, KV, P, D] at rows dest_rows [B], positions dest_positions [B] + 0..L-1 -> q_out [B, H, L, D]."""
+    [S, KV, P, D] at rows dest_rows [B], positions dest_positions [B] + 0..L-1 -> q_out [B, H, L, D].
+
+    norm_source [B, L, H_model] (the residual stream the projection read, whose input RMSNorm was
+    deferred; None: no scaling): q, k and v are first replaced by apply_norm_scale(x, s) with
+    s = norm_scale(norm_source, norm_eps), then everything above happens to those."""
+    if norm_source is not None:
+        scale = norm_scale(norm_source, norm_eps)
+        q, k, v = (apply_norm_scale(t, scale) for t in (q, k, v))
     q_out, k_out = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
     write_tokens(k_cache, k_out, dest_rows, dest_positions)
     write_tokens(v_cache, v.transpose(1, 2), dest_rows, dest_positions)

@@ -20,6 +20,20 @@ Destinations are read on the device (no host sync, capturable in a CUDA graph); 
 cache is skipped, not written (the eager reference would raise or wrap a negative index): callers
 keep them in range.
 
+Deferred input norm (HAS_NORM, the write variant only): the decoder layer folds its input RMSNorm's
+weight into the fused q/k/v projection and runs the GEMM on the raw residual stream h, so q, k and v
+each lack the per-token factor s = rsqrt(mean(h^2) + eps). Every program (q, k and v tiles alike)
+computes s for its token from the row h[b, l, :] itself -- sum of squares in fp32, correctly
+rounded divide by H_model, + eps, rsqrt, as kernels/rmsnorm_triton.py does -- and multiplies its
+loaded heads by it, rounded once to the dtype, before the usual norm/RoPE math; the v tiles then
+scale and round instead of copying bits. Recomputing s per program instead of in a separate pass
+costs an L2-resident re-read of a 2-4 KB row per program and saves the RMSNorm launch the deferral
+exists to remove (an H100, bf16, 16/8 heads of 128, in a CUDA graph: the launch took 1.8 -> 2.2-2.3
+us at B=1 and 3.5 -> 4.4-4.6 us at B=256 with H_model 1024-2048, where rms_norm_triton alone takes
+1.7-2.1 us); a program reads the row in chunks of at most NORM_CHUNK elements so an 8192-wide
+row does not need 8192 live values in a one-warp program. The chunked tree sum differs from
+PyTorch's order like the per-head sums below: the variance can move by one fp32 ulp.
+
 Each program loads the low and the high half of its heads' rows as two [BLOCK_H, D/2] tiles: the
 NeoX rotation pairs element j with element j + D/2, so with the halves loaded apart the rotation is
 plain elementwise arithmetic (no gather, permute or second load).
@@ -46,12 +60,15 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_HEAD_DIM = 16
 MAX_HEAD_DIM = 256
 MAX_BLOCK_H = 8
+MAX_NORM_COLS = 8192  # widest deferred-norm row (norm_source's last dim) the write kernel takes
+NORM_CHUNK = 2048     # norm_source elements per load: 64 fp32 values per thread in a one-warp program
 _ROUND_MODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _MAX_GRID_Y = 65535  # CUDA limit on grid axis 1
 # No FMA contraction: eager PyTorch rounds every product before the add (and x * x before the sum).
@@ -84,7 +101,11 @@ def _norm_rope_heads(
     x_row, w_ptr, o_row, cos_lo, cos_hi, sin_lo, sin_hi,
     head0, num_heads, x_stride_h, o_stride_h, eps,
     BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+    norm_scale, HAS_NORM: tl.constexpr,
 ):
+    """Per-head RMSNorm + NeoX RoPE of heads head0..head0+BLOCK_H-1 (those < num_heads) of one
+    token. HAS_NORM: the loaded values are first multiplied by norm_scale (the token's deferred
+    input-norm factor) and rounded once to the dtype; otherwise norm_scale is not used."""
     heads = head0 + tl.arange(0, BLOCK_H)
     cols = tl.arange(0, HALF)
     mask = (heads < num_heads)[:, None]  # [BLOCK_H, 1]
@@ -93,6 +114,9 @@ def _norm_rope_heads(
     x_ptrs = x_row + heads64 * x_stride_h + cols[None, :]
     x_lo = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H, HALF]
     x_hi = tl.load(x_ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
+    if HAS_NORM:  # the deferred input norm: (x.float() * s).to(x.dtype), then the usual math on that
+        x_lo = _round(x_lo * norm_scale, ROUND)
+        x_hi = _round(x_hi * norm_scale, ROUND)
 
     var = (tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1)) / (2 * HALF)
     rstd = tl.math.rsqrt(var + eps)[:, None]  # [BLOCK_H, 1]
@@ -128,14 +152,40 @@ def _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b, cos_stride_l, sin_
 
 @triton.jit
 def _copy_heads(x_row, o_row, head0, num_heads, x_stride_h, o_stride_h,
-                BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """Copy heads head0..head0+BLOCK_H-1 (those < num_heads) of one token, bits unchanged."""
+                BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr,
+                norm_scale, HAS_NORM: tl.constexpr, ROUND: tl.constexpr):
+    """Copy heads head0..head0+BLOCK_H-1 (those < num_heads) of one token, bits unchanged; with
+    HAS_NORM each value is multiplied by the token's deferred-norm factor and rounded once instead."""
     heads = head0 + tl.arange(0, BLOCK_H)
     cols = tl.arange(0, HEAD_DIM)
     mask = (heads < num_heads)[:, None]
     heads64 = heads.to(tl.int64)[:, None]
     x = tl.load(x_row + heads64 * x_stride_h + cols[None, :], mask=mask)
+    if HAS_NORM:
+        # (v.float() * s).to(v.dtype): _round leaves a value the store's cast keeps exactly (bf16:
+        # the interpreter's truncating cast is then exact too)
+        x = _round(_widen(x) * norm_scale, ROUND).to(o_row.dtype.element_ty)
     tl.store(o_row + heads64 * o_stride_h + cols[None, :], x, mask=mask)
+
+
+@triton.jit
+def _deferred_norm_scale(ns_row, norm_cols, norm_cols_f, norm_eps,
+                         NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr):
+    """s = rsqrt(mean(h^2) + eps) of one token's row h = ns_row[0:norm_cols], as an fp32 scalar.
+
+    kernels/rmsnorm_triton.py's math: squares in fp32 (bf16 widened by bits: the interpreter's
+    cast mangles subnormals), a correctly rounded divide by N (Triton's plain '/' is approximate;
+    N comes as a float argument, an int 1 would be specialized to a constexpr), tl.rsqrt. The row
+    is read in NORM_CHUNKS chunks of NORM_BLOCK into one elementwise accumulator, summed at the end:
+    a different order than torch's, so the variance may differ from eager's by one fp32 ulp."""
+    cols = tl.arange(0, NORM_BLOCK)
+    acc = tl.zeros((NORM_BLOCK,), dtype=tl.float32)
+    for chunk in tl.static_range(NORM_CHUNKS):
+        idx = chunk * NORM_BLOCK + cols
+        h = _widen(tl.load(ns_row + idx, mask=idx < norm_cols, other=0.0))
+        acc += h * h  # no FMA contraction (LAUNCH_OPTIONS): the square is rounded, as eager's pow(2)
+    mean_sq = tl.div_rn(tl.sum(acc, axis=0), norm_cols_f)
+    return tl.rsqrt(mean_sq + norm_eps)
 
 
 @triton.jit
@@ -167,7 +217,7 @@ def _qk_norm_rope_kernel(
             qo_ptr + b * qo_stride_b + pos * qo_stride_l,
             cos_lo, cos_hi, sin_lo, sin_hi,
             tile * BLOCK_H, num_q_heads, q_stride_h, qo_stride_h, eps,
-            BLOCK_H, HALF, ROUND,
+            BLOCK_H, HALF, ROUND, 1.0, False,
         )
     else:
         _norm_rope_heads(
@@ -175,14 +225,15 @@ def _qk_norm_rope_kernel(
             ko_ptr + b * ko_stride_b + pos * ko_stride_l,
             cos_lo, cos_hi, sin_lo, sin_hi,
             (tile - num_q_tiles) * BLOCK_H, num_kv_heads, k_stride_h, ko_stride_h, eps,
-            BLOCK_H, HALF, ROUND,
+            BLOCK_H, HALF, ROUND, 1.0, False,
         )
 
 
 @triton.jit
 def _qk_norm_rope_write_kv_kernel(
-    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, kc_ptr, vc_ptr, rows_ptr, starts_ptr,
+    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, kc_ptr, vc_ptr, rows_ptr, starts_ptr, ns_ptr,
     seq_len, num_q_heads, num_kv_heads, num_cache_rows, num_cache_positions, eps,
+    norm_cols, norm_cols_f, norm_eps,
     q_stride_b, q_stride_l, q_stride_h,
     k_stride_b, k_stride_l, k_stride_h,
     v_stride_b, v_stride_l, v_stride_h,
@@ -191,11 +242,15 @@ def _qk_norm_rope_write_kv_kernel(
     rows_stride, starts_stride,
     kc_stride_s, kc_stride_h, kc_stride_p,
     vc_stride_s, vc_stride_h, vc_stride_p,
+    ns_stride_b, ns_stride_l,
     BLOCK_H: tl.constexpr, HALF: tl.constexpr, ROUND: tl.constexpr,
+    HAS_NORM: tl.constexpr, NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Grid (B * L, q tiles + k tiles + v tiles). q as _qk_norm_rope_kernel; K (normalised and
-    rotated) and V (copied) go to the caches at [dest_rows[b], :, dest_positions[b] + l]."""
+    rotated) and V (copied) go to the caches at [dest_rows[b], :, dest_positions[b] + l].
+    HAS_NORM: q, k and v are first scaled by the token's deferred input-norm factor, computed from
+    ns_ptr's row [b, l, 0:norm_cols] (unit stride) in every program (ns_ptr unused otherwise)."""
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
     row = tl.program_id(0)
@@ -204,6 +259,11 @@ def _qk_norm_rope_write_kv_kernel(
     pos = (row % seq_len).to(tl.int64)
     num_q_tiles = tl.cdiv(num_q_heads, BLOCK_H)
     num_kv_tiles = tl.cdiv(num_kv_heads, BLOCK_H)
+    if HAS_NORM:
+        norm_scale = _deferred_norm_scale(ns_ptr + b * ns_stride_b + pos * ns_stride_l, norm_cols, norm_cols_f,
+                                          norm_eps, NORM_BLOCK, NORM_CHUNKS)
+    else:
+        norm_scale = 1.0
 
     if tile < num_q_tiles:
         cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, pos, cos_stride_b, cos_stride_l,
@@ -213,7 +273,7 @@ def _qk_norm_rope_write_kv_kernel(
             qo_ptr + b * qo_stride_b + pos * qo_stride_l,
             cos_lo, cos_hi, sin_lo, sin_hi,
             tile * BLOCK_H, num_q_heads, q_stride_h, qo_stride_h, eps,
-            BLOCK_H, HALF, ROUND,
+            BLOCK_H, HALF, ROUND, norm_scale, HAS_NORM,
         )
     else:
         cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
@@ -228,14 +288,14 @@ def _qk_norm_rope_write_kv_kernel(
                     kc_ptr + cache_row * kc_stride_s + cache_pos * kc_stride_p,
                     cos_lo, cos_hi, sin_lo, sin_hi,
                     (tile - num_q_tiles) * BLOCK_H, num_kv_heads, k_stride_h, kc_stride_h, eps,
-                    BLOCK_H, HALF, ROUND,
+                    BLOCK_H, HALF, ROUND, norm_scale, HAS_NORM,
                 )
             else:
                 _copy_heads(
                     v_ptr + b * v_stride_b + pos * v_stride_l,
                     vc_ptr + cache_row * vc_stride_s + cache_pos * vc_stride_p,
                     (tile - num_q_tiles - num_kv_tiles) * BLOCK_H, num_kv_heads, v_stride_h, vc_stride_h,
-                    BLOCK_H, 2 * HALF,
+                    BLOCK_H, 2 * HALF, norm_scale, HAS_NORM, ROUND,
                 )
 
 
@@ -381,6 +441,20 @@ def _check_cache_destination(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Te
             raise ValueError(f"qk_norm_rope_write_kv: {name} is on {t.device} but k is on {k.device}")
 
 
+def _check_norm_source(q: torch.Tensor, norm_source: torch.Tensor) -> None:
+    batch, seq_len = q.shape[:2]
+    if norm_source.dim() != 3 or norm_source.shape[:2] != (batch, seq_len):
+        raise ValueError(f"qk_norm_rope_write_kv: norm_source must be [{batch}, {seq_len}, H_model] (q's B and L), "
+                         f"got {tuple(norm_source.shape)}")
+    if not 1 <= norm_source.shape[2] <= MAX_NORM_COLS:
+        raise ValueError(f"qk_norm_rope_write_kv_triton: norm_source's H_model must be in [1, {MAX_NORM_COLS}], "
+                         f"got {norm_source.shape[2]}")
+    if norm_source.dtype != q.dtype:
+        raise ValueError(f"qk_norm_rope_write_kv: norm_source is {norm_source.dtype} but q is {q.dtype}")
+    if norm_source.device != q.device:
+        raise ValueError(f"qk_norm_rope_write_kv: norm_source is on {norm_source.device} but q is on {q.device}")
+
+
 def qk_norm_rope_write_kv_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -394,6 +468,8 @@ def qk_norm_rope_write_kv_triton(
     v_cache: torch.Tensor,
     dest_rows: torch.Tensor,
     dest_positions: torch.Tensor,
+    norm_source: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
     block_h: int | None = None,
 ) -> torch.Tensor:
     """qk_norm_rope_triton that stores K in the cache instead of returning it, and copies V there too,
@@ -401,10 +477,17 @@ def qk_norm_rope_write_kv_triton(
     contiguous, written in place) in the dtype of q; dest_rows/dest_positions [B] int64/int32 (any
     stride, e.g. an expanded scalar): token (b, l) goes to [dest_rows[b], :, dest_positions[b] + l].
 
+    norm_source [B, L, H_model] (H_model <= MAX_NORM_COLS; any strides, copied if the last dim is
+    not contiguous) in q's dtype: the residual stream a projection with the input RMSNorm deferred
+    read; q, k and v are first scaled by rsqrt(mean(norm_source^2) + norm_eps) of their token and
+    rounded to the dtype (kernels/qk_norm_rope_reference.py). None: no scaling, V copied bit for bit.
+
     Returns contiguous q_out [B, H, L, D]. No host syncs: the launch can be captured in a CUDA graph.
     """
     _check(q, k, q_weight, k_weight, cos, sin)
     _check_cache_destination(k, v, k_cache, v_cache, dest_rows, dest_positions)
+    if norm_source is not None:
+        _check_norm_source(q, norm_source)
     dtype = q.dtype
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"qk_norm_rope_write_kv_triton supports {SUPPORTED_DTYPES}, got {dtype}")
@@ -423,9 +506,17 @@ def qk_norm_rope_write_kv_triton(
         return q_out
 
     block_h, num_tiles = _head_tiling(q, num_rows, num_kv_heads, block_h, num_v_heads=num_kv_heads)
+    if norm_source is None:  # ns_ptr is never read: q stands in, the norm arguments are placeholders
+        ns, norm_cols, ns_strides, norm_block, norm_chunks = q, 1, (0, 0), 1, 0
+    else:
+        ns = norm_source if norm_source.stride(-1) == 1 else norm_source.contiguous()
+        norm_cols, ns_strides = ns.shape[2], (ns.stride(0), ns.stride(1))
+        norm_block = min(triton.next_power_of_2(norm_cols), NORM_CHUNK)
+        norm_chunks = triton.cdiv(norm_cols, norm_block)
     _qk_norm_rope_write_kv_kernel[(num_rows, num_tiles)](
-        q, k, v, q_weight, k_weight, cos, sin, q_out, k_cache, v_cache, dest_rows, dest_positions,
+        q, k, v, q_weight, k_weight, cos, sin, q_out, k_cache, v_cache, dest_rows, dest_positions, ns,
         seq_len, num_q_heads, num_kv_heads, k_cache.shape[0], k_cache.shape[2], float(eps),
+        norm_cols, float(norm_cols), float(norm_eps),
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -434,7 +525,9 @@ def qk_norm_rope_write_kv_triton(
         dest_rows.stride(0), dest_positions.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        *ns_strides,
         BLOCK_H=block_h, HALF=head_dim // 2, ROUND=_ROUND_MODE[dtype],
+        HAS_NORM=norm_source is not None, NORM_BLOCK=norm_block, NORM_CHUNKS=norm_chunks,
         num_warps=_num_warps(block_h, head_dim), **LAUNCH_OPTIONS, **pdl_launch(q.device),
     )
     return q_out

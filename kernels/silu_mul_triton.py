@@ -19,9 +19,28 @@ inputs (numpy's fp32 exp misses 3 fp16 values). libdevice cannot run in the inte
 links libdevice's flush-to-zero variant; that changes nothing here (exp of a subnormal is 1, and a
 subnormal exp result disappears in 1 + e), but GPU bit-equality with torch is not tested on CPU.
 
+Deferred RMSNorm (HAS_NORM, the launcher's `norm_source`; why: kernels/silu_mul.py): gate_up came
+from a GEMM that read the un-normalised residual stream h [..., H], so before the activation each
+row is scaled by s = rsqrt(mean(h^2) + eps), computed as kernels/rmsnorm_triton.py computes rstd:
+h widened to fp32 (bf16 by bits), squares summed in fp32, a correctly rounded divide by H, then
+tl.rsqrt -- numpy's 1/sqrt in the interpreter, which is what torch.rsqrt computes on CPU; on the GPU
+PTX rsqrt.approx.ftz, the instruction CUDA's rsqrtf (torch.rsqrt's CUDA kernel) is built on (ftz
+cannot matter with the models' eps = 1e-6: var + eps is never subnormal). Then g = round(g * s),
+u = round(u * s) to the dtype -- the reference's one rounding of `(gate_up.float() * scale).to(dtype)`
+-- and the two roundings above. Every program (row, column tile) reduces its whole row of h itself,
+in chunks of NORM_BLOCK (one chunk up to H = 2048, which covers the real H = 1024/2048): a few KB
+re-read from L2 by the 3-6 tiles of a row, cheaper than a second launch or a cross-program exchange.
+The sum of squares is a tree reduction (per lane across chunks, then across lanes) whose order
+differs from PyTorch's (a vectorized cascade on CPU, another tree on CUDA), which can move the
+variance by an fp32 ulp or, rarely, a few (<= 3 measured), and s likewise (<= 4 ulps: s can sit in
+a lower binade than the variance). g * s then rounds to a neighbouring bf16/fp16 value where it sits
+within an fp32 ulp of a rounding tie: rare (fp16: < 1 element in 10^4, bf16 fewer), bounded and
+explained row by row in tests/test_silu_mul.py; fp32 results move in their last bits.
+
 Grid: axis 0 = rows, axis 1 = tiles of BLOCK output columns (I = 3072/6144 -> 3..6 tiles of 1024),
 so a one-row decode step still spreads over several SMs. Capturable in a CUDA graph: no host
-syncs; the only allocation is the output (plus a copy for inputs whose columns are not unit-stride).
+syncs; the only allocation is the output (plus a copy for inputs whose rows cannot be addressed with
+one row stride and unit column stride).
 The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
 """
 from __future__ import annotations
@@ -37,8 +56,9 @@ from kernels.rmsnorm_triton import _as_rows, _round_to
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 1024
+MAX_NORM_BLOCK = 2048  # h elements reduced per chunk: 16 fp32 per thread at 4 warps; H = 1024/2048 in one
 _MAX_GRID_Y = 65535  # CUDA limit on grid axis 1
-# No FMA contraction (there is nothing to contract today; keeps it that way if the body grows).
+# No FMA contraction: eager rounds h * h before summing it and g * s before the cast to the dtype.
 LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 
 
@@ -56,8 +76,8 @@ def _silu_mul_rounded(g, u, dtype: tl.constexpr, EXP64: tl.constexpr):
 
 @triton.jit
 def _silu_mul_kernel(
-    gu_ptr, out_ptr, inter, gu_row_stride, out_row_stride,
-    BLOCK: tl.constexpr, EXP64: tl.constexpr,
+    gu_ptr, out_ptr, h_ptr, inter, gu_row_stride, out_row_stride, h_row_stride, h_cols, h_cols_f, eps,
+    BLOCK: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_NORM: tl.constexpr, EXP64: tl.constexpr,
     PDL: tl.constexpr,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
@@ -68,7 +88,19 @@ def _silu_mul_kernel(
     gate_ptrs = gu_ptr + row * gu_row_stride + cols
     g = _widen(tl.load(gate_ptrs, mask=mask, other=0.0))
     u = _widen(tl.load(gate_ptrs + inter, mask=mask, other=0.0))
-    y = _silu_mul_rounded(g, u, out_ptr.dtype.element_ty, EXP64)  # gate_up and out share the dtype
+    if HAS_NORM:  # deferred RMSNorm: scale the row by rsqrt(mean(h^2) + eps) (module docstring)
+        h_row = h_ptr + row * h_row_stride
+        h_offs = tl.arange(0, NORM_BLOCK)
+        sum_sq = tl.zeros([NORM_BLOCK], dtype=tl.float32)  # per-lane partial sums; masked lanes add 0
+        for start in range(0, h_cols, NORM_BLOCK):
+            h = _widen(tl.load(h_row + start + h_offs, mask=start + h_offs < h_cols, other=0.0))
+            sum_sq += h * h  # h * h rounded, then added (no FMA: LAUNCH_OPTIONS)
+        # mean as sum / H with a correctly rounded divide (Triton's plain fp32 '/' is approximate);
+        # H comes as a float argument: an int 1 would be specialized to a constexpr.
+        scale = tl.rsqrt(tl.div_rn(tl.sum(sum_sq, axis=0), h_cols_f) + eps)
+        g = _round_to(g * scale, out_ptr.dtype.element_ty)  # (gate_up.float() * scale).to(dtype)
+        u = _round_to(u * scale, out_ptr.dtype.element_ty)
+    y = _silu_mul_rounded(g, u, out_ptr.dtype.element_ty, EXP64)  # gate_up, h and out share the dtype
     tl.store(out_ptr + row * out_row_stride + cols, _narrow(y, out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -84,16 +116,29 @@ def choose_block(inter: int) -> tuple[int, int]:
     return block, max(1, min(4, block // 256))
 
 
-def silu_mul_triton(gate_up: torch.Tensor, block: tuple[int, int] | None = None) -> torch.Tensor:
+def choose_norm_block(h_cols: int) -> int:
+    """NORM_BLOCK: the whole row of h in one chunk up to MAX_NORM_BLOCK, chunks of that beyond."""
+    return min(MAX_NORM_BLOCK, triton.next_power_of_2(max(h_cols, 1)))
+
+
+def silu_mul_triton(gate_up: torch.Tensor, norm_source: torch.Tensor | None = None, eps: float = 0.0, *,
+                    block: tuple[int, int] | None = None, norm_block: int | None = None) -> torch.Tensor:
     """gate_up [..., 2*I] (gate first, then up; any leading strides, e.g. a chunk view) ->
     contiguous [..., I] = silu(gate) * up in gate_up's dtype.
 
-    `block` forces (BLOCK, num_warps) (tests); BLOCK must be a power of two.
+    norm_source: None, or h [..., H] (gate_up's leading dims and dtype): the input of a deferred
+    RMSNorm, whose factor rsqrt(mean(h^2) + eps) scales each row of gate_up first (module docstring).
+    `block` forces (BLOCK, num_warps) and `norm_block` NORM_BLOCK (tests); both must be powers of two.
     """
     if gate_up.dim() == 0 or gate_up.shape[-1] % 2:
         raise ValueError(f"silu_mul_triton: need gate_up [..., 2*I], got {tuple(gate_up.shape)}")
     if gate_up.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"silu_mul_triton supports {SUPPORTED_DTYPES}, got {gate_up.dtype}")
+    if norm_source is not None and (norm_source.dim() == 0 or norm_source.shape[:-1] != gate_up.shape[:-1]
+                                    or norm_source.shape[-1] == 0 or norm_source.dtype != gate_up.dtype):
+        raise ValueError(f"silu_mul_triton: need norm_source [..., H >= 1] with gate_up's leading dims and dtype, "
+                         f"got {tuple(norm_source.shape)} {norm_source.dtype} for gate_up {tuple(gate_up.shape)} "
+                         f"{gate_up.dtype}")
     inter = gate_up.shape[-1] // 2
     out = torch.empty(gate_up.shape[:-1] + (inter,), dtype=gate_up.dtype, device=gate_up.device)
     if out.numel() == 0:
@@ -102,11 +147,20 @@ def silu_mul_triton(gate_up: torch.Tensor, block: tuple[int, int] | None = None)
     block_n, num_warps = block if block is not None else choose_block(inter)
     if block_n < 1 or block_n & (block_n - 1):
         raise ValueError(f"BLOCK must be a power of two, got {block_n}")
+    if norm_source is None:  # HAS_NORM off: the h arguments are never read (gu2 stands in for the pointer)
+        h2, h_cols, norm_block_n = gu2, 1, 1
+    else:
+        h_cols = norm_source.shape[-1]
+        h2 = _as_rows(norm_source, h_cols)
+        norm_block_n = norm_block if norm_block is not None else choose_norm_block(h_cols)
+        if norm_block_n < 1 or norm_block_n & (norm_block_n - 1):
+            raise ValueError(f"NORM_BLOCK must be a power of two, got {norm_block_n}")
     grid = (gu2.shape[0], triton.cdiv(inter, block_n))
     if grid[1] > _MAX_GRID_Y:
         raise ValueError(f"too many column tiles ({grid[1]}) for grid axis 1")
     _silu_mul_kernel[grid](
-        gu2, out2, inter, gu2.stride(0), out2.stride(0),
-        BLOCK=block_n, EXP64=is_interpreting(), num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(gu2.device),
+        gu2, out2, h2, inter, gu2.stride(0), out2.stride(0), h2.stride(0), h_cols, float(h_cols), float(eps),
+        BLOCK=block_n, NORM_BLOCK=norm_block_n, HAS_NORM=norm_source is not None, EXP64=is_interpreting(),
+        num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(gu2.device),
     )
     return out

@@ -24,6 +24,28 @@ there): one launch, no [M, 2I] round trip through memory. In the interpreter the
 bit silu_mul(small_m_linear(x, W)); on the GPU the plain kernel may contract its products and sums
 into FMAs, so a gate/up sum can differ in its last fp32 bit before rounding (the same order-of-
 summation slack the plain kernel has against cuBLAS).
+
+Deferred-norm variants (kernels/small_m_linear.py's docstring says why):
+- GLU + NORM (`small_m_linear_silu_mul_triton(..., norm_eps)`, no bias): x is the un-normalised
+  residual stream. While walking its K slices each program also sums x^2 per row in fp32 (the slices
+  of x are loaded anyway), then s = rsqrt(sumsq / K + eps) as kernels/rmsnorm_triton.py forms it (a
+  correctly rounded divide, tl.rsqrt); the rounded gate and up are each multiplied by s and rounded
+  again, then `_silu_mul_rounded`: silu_mul(small_m_linear(x, W), norm_source=x, eps). The sum of
+  squares runs in the kernel's order (per slice, then across slices), torch's mean in its own, so
+  the variance can differ in its last fp32 bit, which moves a scaled gate/up by an ulp now and then:
+  in the interpreter every row equals that formula with the variance off by at most one fp32 ulp
+  (tests/test_small_m_linear.py), and in bf16/fp16 nearly every element equals it unmoved (in fp32
+  the whole row's scale moves with it). Every program of a row sums the same x in the same order,
+  so s is one value per row. On the GPU tl.rsqrt is rsqrt.approx, torch's CUDA rsqrt need not agree
+  bit for bit: the same one-ulp slack. Cost (H100, CUDA graph, weights past L2): none measurable at
+  one row (the models' gate/up 7.0 -> 7.25 us and 21.3 -> 21.2 us), 10% at two (9.05 -> 9.95 us,
+  24.4 -> 27.0 us: one more cross-warp reduction per row next to the two dot products).
+- RESIDUAL (`small_m_linear_add_triton`): y is the residual, loaded (widened to fp32) before the
+  K loop so its latency hides under the weight stream, added to the fp32 sum after the bias, and the
+  total stored over it, rounded once. Each element is read and written by the one program that owns
+  its columns, so in place is safe (x must not overlap it). Cost (H100, as above, o_proj and down at
+  1-2 rows): no slower than the plain kernel (read in the epilogue instead: +0.7 to +2.3 us a call).
+
 The module reads TRITON_INTERPRET when imported (triton.jit picks the interpreter at decoration).
 """
 from __future__ import annotations
@@ -45,10 +67,13 @@ MAX_TILE = 16384        # BLOCK_N x BLOCK_K elements held per program (64 fp32 r
 
 
 @triton.jit
-def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, k_float, eps,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           HAS_BIAS: tl.constexpr, GLU: tl.constexpr, EXP64: tl.constexpr, PDL: tl.constexpr):
-    """y [M, N] = x W[:N]^T (+ b); GLU: y = silu(x W[:N]^T + b[:N]) * (x W[N:2N]^T + b[N:2N])."""
+                           HAS_BIAS: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
+                           EXP64: tl.constexpr, PDL: tl.constexpr):
+    """y [M, N] = x W[:N]^T (+ b); GLU: y = silu(x W[:N]^T + b[:N]) * (x W[N:2N]^T + b[N:2N]);
+    NORM (with GLU, no bias): gate and up each scaled by s = rsqrt(sum(x^2) / k_float + eps) per row
+    before the SwiGLU; RESIDUAL (not with GLU): y += x W^T (+ b) in place, y read in fp32, rounded once."""
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
     pid = tl.program_id(0)
@@ -60,6 +85,11 @@ def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, strid
     up_rows = w_rows + N * stride_wn   # GLU only: the up half of W
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    sumsq = tl.zeros([BLOCK_M], tl.float32)   # NORM only: sum of x^2 per row
+    y_offs = rows_m[:, None] * stride_ym + offs_n[None, :]
+    y_mask = (rows_m[:, None] < M) & n_ok[None, :]
+    if RESIDUAL:   # loaded first: its latency hides under the weight stream (module docstring)
+        residual = _to_f32(tl.load(y_ptr + y_offs, mask=y_mask, other=0.0))
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
         k_ok = k < K
@@ -76,15 +106,24 @@ def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, strid
             if GLU:
                 part_up = tl.sum(w_up * x[None, :], axis=1)
                 acc_up += tl.where(rows_m[:, None] == m, part_up[None, :], 0.0)
+            if NORM:   # the slice of x is here anyway: its squares cost no load
+                sumsq += tl.where(rows_m == m, tl.sum(x * x, axis=0), 0.0)
     if HAS_BIAS:
         acc += _to_f32(tl.load(b_ptr + offs_n, mask=n_ok, other=0.0))[None, :]
         if GLU:
             acc_up += _to_f32(tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0))[None, :]
+    if RESIDUAL:   # each element read and written by this program alone: in place is safe
+        acc += residual
     if GLU:   # gate and up rounded as the plain kernel stores them, then silu_mul's arithmetic
         dtype = y_ptr.dtype.element_ty
-        acc = _silu_mul_rounded(_round_to(acc, dtype), _round_to(acc_up, dtype), dtype, EXP64)
-    y_offs = rows_m[:, None] * stride_ym + offs_n[None, :]
-    tl.store(y_ptr + y_offs, _from_f32(acc, y_ptr.dtype.element_ty), mask=(rows_m[:, None] < M) & n_ok[None, :])
+        gate = _round_to(acc, dtype)
+        up = _round_to(acc_up, dtype)
+        if NORM:   # 1/rms(x) as kernels/rmsnorm_triton.py forms it; each half scaled and rounded again
+            s = tl.rsqrt(tl.div_rn(sumsq, k_float) + eps)[:, None]
+            gate = _round_to(gate * s, dtype)
+            up = _round_to(up * s, dtype)
+        acc = _silu_mul_rounded(gate, up, dtype, EXP64)
+    tl.store(y_ptr + y_offs, _from_f32(acc, y_ptr.dtype.element_ty), mask=y_mask)
 
 
 def is_interpreting() -> bool:
@@ -122,6 +161,15 @@ def _checked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n
     return x, weight, bias
 
 
+def _blocks(m: int, n: int, k: int, tiles: int, block_n: int | None, num_warps: int | None):
+    """choose_blocks with the launchers' block_n / num_warps overrides applied (and block_n checked)."""
+    block_m, chosen_n, block_k, chosen_warps = choose_blocks(m, n, k, tiles)
+    block_n = chosen_n if block_n is None else block_n
+    if block_n < 1 or block_n & (block_n - 1):
+        raise ValueError(f"block_n must be a power of two >= 1, got {block_n}")
+    return block_m, block_n, block_k, chosen_warps if num_warps is None else num_warps
+
+
 def small_m_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                           block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS, last dim contiguous), weight [N, K] (last dim contiguous), bias [N]
@@ -133,39 +181,66 @@ def small_m_linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if y.numel() == 0:
         return y
-    block_m, chosen_n, block_k, chosen_warps = choose_blocks(m, n, k)
-    block_n = chosen_n if block_n is None else block_n
-    if block_n < 1 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 1, got {block_n}")
+    block_m, block_n, block_k, num_warps = _blocks(m, n, k, 1, block_n, num_warps)
     _small_m_linear_kernel[(triton.cdiv(n, block_n),)](
         x, weight, y if bias is None else bias, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=False, EXP64=False,
-        num_warps=chosen_warps if num_warps is None else num_warps, **pdl_launch(x.device),
+        float(k), 0.0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=False,
+        NORM=False, RESIDUAL=False, EXP64=False, num_warps=num_warps, **pdl_launch(x.device),
     )
     return y
 
 
-def small_m_linear_silu_mul_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-                                   block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+def small_m_linear_add_triton(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                              bias: torch.Tensor | None = None, *, block_n: int | None = None,
+                              num_warps: int | None = None) -> torch.Tensor:
+    """residual [M, N] (last dim contiguous) += x W^T (+ bias), in place, rounded once (the RESIDUAL
+    variant, module docstring); x, weight, bias as small_m_linear_triton, residual in their dtype and
+    on their device, not overlapping x. Returns residual."""
+    x, weight, bias = _checked(x, weight, bias, "small_m_linear_add_triton")
+    m, k = x.shape
+    n = weight.shape[0]
+    if residual.dim() != 2 or tuple(residual.shape) != (m, n):
+        raise ValueError(f"small_m_linear_add_triton: residual must be [{m}, {n}], got {tuple(residual.shape)}")
+    if residual.dtype != x.dtype or residual.device != x.device:
+        raise ValueError(f"small_m_linear_add_triton: residual ({residual.dtype}, {residual.device}) must match "
+                         f"x ({x.dtype}, {x.device})")
+    if n > 1 and residual.stride(1) != 1:
+        raise ValueError("small_m_linear_add_triton: residual needs a unit last stride (it is written in place)")
+    if residual.numel() == 0:
+        return residual
+    block_m, block_n, block_k, num_warps = _blocks(m, n, k, 1, block_n, num_warps)
+    _small_m_linear_kernel[(triton.cdiv(n, block_n),)](
+        x, weight, residual if bias is None else bias, residual, m, n, k, x.stride(0), weight.stride(0),
+        residual.stride(0), float(k), 0.0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        HAS_BIAS=bias is not None, GLU=False, NORM=False, RESIDUAL=True, EXP64=False, num_warps=num_warps,
+        **pdl_launch(x.device),
+    )
+    return residual
+
+
+def small_m_linear_silu_mul_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                                   norm_eps: float | None = None, *, block_n: int | None = None,
+                                   num_warps: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), weight [2I, K] (gate rows, then up rows), bias [2I] or None ->
-    y [M, I] = silu(gate) * up (silu_mul_triton(small_m_linear_triton(x, weight, bias)), module docstring)."""
+    y [M, I] = silu(gate) * up (silu_mul_triton(small_m_linear_triton(x, weight, bias)), module docstring).
+    norm_eps (deferred RMSNorm, no bias): gate/up scaled by rsqrt(mean(x^2) + norm_eps) per row first,
+    as silu_mul(gate_up, norm_source=x, eps=norm_eps)."""
     x, weight, bias = _checked(x, weight, bias, "small_m_linear_silu_mul_triton")
     if weight.shape[0] % 2:
         raise ValueError(f"small_m_linear_silu_mul_triton: weight needs gate and up halves, got "
                          f"{tuple(weight.shape)}")
+    if norm_eps is not None and bias is not None:
+        raise ValueError("small_m_linear_silu_mul_triton: norm_eps with a bias (1/rms(x) must not scale it)")
     m, k = x.shape
     inter = weight.shape[0] // 2
     y = torch.empty((m, inter), dtype=x.dtype, device=x.device)
     if y.numel() == 0:
         return y
-    block_m, chosen_n, block_k, chosen_warps = choose_blocks(m, inter, k, tiles=2)
-    block_n = chosen_n if block_n is None else block_n
-    if block_n < 1 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 1, got {block_n}")
+    block_m, block_n, block_k, num_warps = _blocks(m, inter, k, 2, block_n, num_warps)
     _small_m_linear_kernel[(triton.cdiv(inter, block_n),)](
         x, weight, y if bias is None else bias, y, m, inter, k, x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=True,
-        EXP64=is_interpreting(), num_warps=chosen_warps if num_warps is None else num_warps,
-        **SILU_LAUNCH_OPTIONS, **pdl_launch(x.device),
+        float(k), 0.0 if norm_eps is None else float(norm_eps), BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, HAS_BIAS=bias is not None, GLU=True, NORM=norm_eps is not None, RESIDUAL=False,
+        EXP64=is_interpreting(), num_warps=num_warps, **SILU_LAUNCH_OPTIONS, **pdl_launch(x.device),
     )
     return y

@@ -1,12 +1,14 @@
 """The cache-writing fused QK-norm + RoPE (qk_norm_rope_write_kv): reference writes, the Triton
 kernel (CPU interpreter) vs the reference and vs the plain kernel, routing and fallbacks, and the
-model's KV stores on the Triton route against the eager route.
+model's KV stores on the Triton route against the eager route. Its deferred input norm (norm_source:
+q, k and v scaled by each token's rsqrt(mean(h^2) + eps) first): the same checks, and one on the GPU.
 
 As in tests/test_qk_norm_rope.py, every kernel launch happens in ONE child process started with
 TRITON_INTERPRET=1 (`python tests/test_qk_norm_rope_write_kv.py --child DIR`); the parent compares.
 """
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +22,9 @@ from triton_support import (CountingLauncher, OpCounter, check_failure_logged_on
                             fresh_route, run_interpreter_child, save_child_results, skip_if_interpreting,
                             use_launcher)
 import kernels.qk_norm_rope as qkr
-from kernels.qk_norm_rope_reference import qk_norm_rope_reference, qk_norm_rope_write_kv_reference
+from kernels.qk_norm_rope_reference import (apply_norm_scale, norm_scale, qk_norm_rope_reference,
+                                            qk_norm_rope_write_kv_reference)
+from kernels.rmsnorm_reference import rms_norm_reference
 from talker_service.model.layers import rope_tables
 from qk_norm_rope_cases import DTYPES, EPS, _make_case
 
@@ -49,6 +53,11 @@ WRITE_SHAPES = {
     "predictor_l2": ((2, 2, 16, 8, 128), (2, 16), [0, 1], 0),   # the frame's first step: positions 0, 1
     "predictor_l1": ((2, 1, 16, 8, 128), (2, 16), [0, 1], 9),
 }
+# More for the deferred-norm cases (norm_source): a small GQA config, one token and two per row.
+NORM_SHAPES = {
+    "small_l1": ((2, 1, 4, 2, 32), (3, 5), [2, 0], [4, 1]),
+    "small_l2": ((2, 2, 4, 2, 32), (3, 5), [1, 0], [0, 3]),
+}
 # rows 0 and 1 point outside the cache (slot S; position P), row 2 is in range: only row 2 is written
 OUT_OF_RANGE = ("talker", [5, 0, 2], [0, 7, 3])
 SENTINEL = -1000.0   # what the caches hold before the write (exact in every dtype)
@@ -59,8 +68,8 @@ WRITE_FORCED = [("bf16-talker-exactvar", bh) for bh in (1, 2, 4, 16)] + [("fp32-
 def _write_case(shape_name, dtype, seed, exact_var, rows=None, positions=None):
     """(args, k_stack, v_stack, dest_rows, dest_positions): args = (q, k, v, weights, cos, sin) as
     the model makes them; the stacks [CACHE_LAYERS, S, KV, P, D] hold SENTINEL, the op writes layer
-    TARGET_LAYER."""
-    shape, (num_slots, num_positions), case_rows, case_positions = WRITE_SHAPES[shape_name]
+    TARGET_LAYER. shape_name: a WRITE_SHAPES or NORM_SHAPES entry."""
+    shape, (num_slots, num_positions), case_rows, case_positions = {**WRITE_SHAPES, **NORM_SHAPES}[shape_name]
     rows = case_rows if rows is None else rows
     positions = case_positions if positions is None else positions
     batch, _, _, num_kv, head_dim = shape
@@ -86,19 +95,21 @@ def _write_cases():
     return cases
 
 
-def _run_write(fn, case, **kwargs):
-    """fn (kernel or dispatcher) on fresh copies of the case's stacks -> (q_out, k_stack, v_stack)."""
+def _run_write(fn, case, norm=(), **kwargs):
+    """fn (kernel or dispatcher) on fresh copies of the case's stacks -> (q_out, k_stack, v_stack).
+    norm: (norm_source, norm_eps) passed after dest_positions, or () for neither."""
     args, k_stack, v_stack, rows, positions = case
     k_stack, v_stack = _copy_strided(k_stack), _copy_strided(v_stack)
     q, k, v, qw, kw, cos, sin = args
-    q_out = fn(q, k, v, qw, kw, cos, sin, EPS, k_stack[TARGET_LAYER], v_stack[TARGET_LAYER], rows, positions, **kwargs)
+    q_out = fn(q, k, v, qw, kw, cos, sin, EPS, k_stack[TARGET_LAYER], v_stack[TARGET_LAYER], rows, positions, *norm,
+               **kwargs)
     return q_out, k_stack, v_stack
 
 
 def _copy_strided(t):
     """A copy with t's strides (clone() makes non-dense tensors, e.g. a head_dim-strided cache, contiguous)."""
     storage_size = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return torch.empty(storage_size, dtype=t.dtype).as_strided(t.shape, t.stride()).copy_(t)
+    return torch.empty(storage_size, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride()).copy_(t)
 
 
 def _expected_write(case):
@@ -193,6 +204,226 @@ def test_write_kv_dispatcher_uses_triton_when_forced(interpreted, name):
     info = outputs["write_info"]
     assert info["failure"] is None and info["loaded_launcher"], info
     _assert_write_equal(outputs[f"write_dispatch/{name}"], outputs[f"write_kernel/{name}"], name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The deferred input norm (norm_source): kernel in the interpreter child
+
+# Rows' mean squares for the "pow2" cases, alternating over the tokens: s = rsqrt(64 + 1e-6) = 1/8
+# and rsqrt(256 + 1e-6) = 1/16 exactly (1e-6 is below half an fp32 ulp of 64), so q, k, v times s
+# stay on the exact_var grid and every variance in the op is order free: bit for bit in all dtypes.
+POW2_MEAN_SQUARES = (64, 256)
+NORM_FORCED = [("bf16-talker-h2048-pow2", bh) for bh in (1, 2, 16)] + [("fp32-predictor_l2-h1000-pow2", 4)]
+
+
+@functools.lru_cache(maxsize=None)
+def _square_quads(total: int) -> torch.Tensor:
+    """Every (a, b, c, d) of integers in [0, sqrt(total)] with a^2 + b^2 + c^2 + d^2 == total."""
+    values = torch.arange(int(total ** 0.5) + 1)
+    quads = torch.cartesian_prod(values, values, values, values)
+    return quads[(quads ** 2).sum(-1) == total]
+
+
+def _pow2_norm_rows(batch, seq_len, width, gen):
+    """[B, L, width] integers (width % 4 == 0; |h| <= 32, exact in every dtype, sums of squares exact in
+    fp32 in any order) whose mean square is exactly POW2_MEAN_SQUARES[token index % 2]: groups of 4 are
+    random solutions of a^2 + b^2 + c^2 + d^2 = 4 * mean square, with random signs, shuffled."""
+    rows = torch.empty(batch * seq_len, width)
+    for token in range(batch * seq_len):
+        quads = _square_quads(4 * POW2_MEAN_SQUARES[token % 2])
+        picks = quads[torch.randint(len(quads), (width // 4,), generator=gen)].flatten().float()
+        signs = torch.randint(0, 2, (width,), generator=gen) * 2 - 1
+        rows[token] = (picks * signs)[torch.randperm(width, generator=gen)]
+    return rows.view(batch, seq_len, width)
+
+
+def _norm_source(kind, batch, seq_len, width, dtype, gen, layout="contiguous"):
+    """norm_source [B, L, width] in dtype. kind "pow2": _pow2_norm_rows; "grid": random integers in
+    [-16, 16] (the variance is still exact in any order, but s is an arbitrary fp32 value, so x * s
+    really rounds); "randn": Gaussian (the kernel's variance may differ from eager's by an ulp).
+    layout "strided": last dim stride 2 (the launcher must copy); "rowview": the first half of a
+    twice-as-wide tensor (row stride 2 * width, read in place)."""
+    if kind == "pow2":
+        rows = _pow2_norm_rows(batch, seq_len, width, gen)
+    elif kind == "grid":
+        rows = torch.randint(-16, 17, (batch, seq_len, width), generator=gen).float()
+    else:
+        rows = torch.randn(batch, seq_len, width, generator=gen) * 3.0
+    rows = rows.to(dtype)
+    if layout == "strided":
+        return torch.stack((rows, torch.zeros_like(rows)), dim=-1)[..., 0]
+    if layout == "rowview":
+        return torch.cat((rows, torch.full_like(rows, 1000.0)), dim=-1)[..., :width]
+    return rows
+
+
+def _norm_cases():
+    """name -> (write case, norm_source). Names: dtype-shape-hWIDTH-kind[-layout]."""
+    cases = {}
+    shapes = {"talker": "pow2", "predictor_l2": "pow2"}   # the real GQA config, L = 1 and L = 2
+    for kind in ("pow2", "grid"):
+        for shape_name in shapes:
+            for width in (1024, 2048, 1000):
+                for dname in DTYPES:
+                    cases[f"{dname}-{shape_name}-h{width}-{kind}"] = (shape_name, DTYPES[dname], width, kind, "contiguous")
+    for dname in DTYPES:
+        cases[f"{dname}-small_l1-h1024-pow2"] = ("small_l1", DTYPES[dname], 1024, "pow2", "contiguous")
+        cases[f"{dname}-small_l2-h1000-pow2"] = ("small_l2", DTYPES[dname], 1000, "pow2", "contiguous")
+        cases[f"{dname}-talker-h2048-randn"] = ("talker", DTYPES[dname], 2048, "randn", "contiguous")
+        cases[f"{dname}-small_l2-h1000-randn"] = ("small_l2", DTYPES[dname], 1000, "randn", "contiguous")
+    cases["bf16-talker-h3000-pow2"] = ("talker", torch.bfloat16, 3000, "pow2", "contiguous")        # 2 chunks, masked tail
+    cases["bf16-predictor_l2-h8192-pow2"] = ("predictor_l2", torch.bfloat16, 8192, "pow2", "contiguous")  # 4 chunks
+    cases["bf16-talker-h2048-pow2-strided"] = ("talker", torch.bfloat16, 2048, "pow2", "strided")
+    cases["fp16-predictor_l2-h1000-pow2-rowview"] = ("predictor_l2", torch.float16, 1000, "pow2", "rowview")
+    built = {}
+    for seed, (name, (shape_name, dtype, width, kind, layout)) in enumerate(cases.items()):
+        # pow2: q/k/v on the exact_var grid, so they stay on it once scaled by 1/8 or 1/16
+        case = _write_case(shape_name, dtype, seed=200 + seed, exact_var=kind == "pow2")
+        batch, seq_len = case[0][0].shape[:2]
+        gen = torch.Generator().manual_seed(300 + seed)
+        built[name] = case, _norm_source(kind, batch, seq_len, width, dtype, gen, layout)
+    return built
+
+
+def _prescaled(case, norm_source):
+    """The write case with q, k, v replaced by the reference's scaled values (apply_norm_scale)."""
+    (q, k, v, *rest), k_stack, v_stack, rows, positions = case
+    scale = norm_scale(norm_source, EPS)
+    return (*(apply_norm_scale(t, scale) for t in (q, k, v)), *rest), k_stack, v_stack, rows, positions
+
+
+def _norm_reference(case, norm_source):
+    return _run_write(qk_norm_rope_write_kv_reference, case, norm=(norm_source, EPS))
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise number of representable values between a and b (same floating dtype)."""
+    int_dtype = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    sign_mask = (1 << (8 * a.element_size() - 1)) - 1
+
+    def ordered(t):
+        bits = t.contiguous().view(int_dtype).to(torch.int64)
+        return torch.where(bits < 0, -(bits & sign_mask), bits)
+
+    return (ordered(a) - ordered(b)).abs()
+
+
+def _assert_write_close(got, want, name):
+    """Within the bound of a variance that moved by one fp32 ulp (the kernel sums squares in another
+    order than torch; the same bound as tests/test_qk_norm_rope.py's Gaussian cases): fp32 within 1e-6
+    absolute + 2^-21 relative; bf16/fp16 at most 1 in 1000 elements differ, by at most 2 ulp. Seen in
+    the interpreter: fp32 differs in up to a quarter of q_out (a few ulp; many ulp only near zero,
+    within the 1e-6), V in 1% (<= 2 ulp: s itself moved) on Gaussian norm_source only; bf16 and fp16
+    none at all."""
+    for what, g, w in zip(("q_out", "k cache", "v cache"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{name}: {what}"
+        if g.dtype == torch.float32:
+            torch.testing.assert_close(g, w, atol=1e-6, rtol=2.0 ** -21, msg=lambda m: f"{name}: {what}: {m}")
+            continue
+        ulps = _ulps(g, w)
+        flips = int((ulps > 0).sum())
+        assert flips <= 1e-3 * ulps.numel() and int(ulps.max()) <= 2, (
+            f"{name}: {what}: {flips} of {ulps.numel()} elements differ, max {int(ulps.max())} ulp")
+
+
+_NORM_EXACT = [n for n in _norm_cases() if "-pow2" in n]
+_NORM_GRID = [n for n in _norm_cases() if n.endswith("-grid")]
+_NORM_RANDN = [n for n in _norm_cases() if n.endswith("-randn")]
+
+
+def test_norm_reference_scales_as_rmsnorm_reference_normalises():
+    """s is kernels/rmsnorm_reference.py's factor: h scaled by it is rms_norm_reference(h) with a unit
+    weight, bit for bit; and the reference with norm_source is the plain reference on pre-scaled
+    q, k, v (V written scaled)."""
+    for name in ("bf16-talker-h2048-randn", "fp16-small_l2-h1000-randn", "fp32-talker-h2048-randn"):
+        case, norm_source = _norm_cases()[name]
+        ones = torch.ones(norm_source.shape[-1], dtype=norm_source.dtype)
+        scaled = apply_norm_scale(norm_source[:, :, None], norm_scale(norm_source, EPS))[:, :, 0]
+        assert torch.equal(scaled, rms_norm_reference(norm_source, ones, EPS)), name
+        _assert_write_equal(_norm_reference(case, norm_source), _expected_write(_prescaled(case, norm_source)), name)
+
+
+def test_norm_cases_scale_as_designed():
+    """pow2: every token's s is 1/8 or 1/16 exactly (both occur) in the reference; grid: s is no power
+    of two and the scaled q really rounds in bf16/fp16 (the rounding step is exercised)."""
+    cases = _norm_cases()
+    for name in _NORM_EXACT:
+        scale = norm_scale(cases[name][1], EPS).flatten()
+        assert set(scale.tolist()) <= {1 / 8, 1 / 16} and (scale == 1 / 8).any(), name
+        if scale.numel() > 1:
+            assert (scale == 1 / 16).any(), name
+    for name in _NORM_GRID:
+        case, norm_source = cases[name]
+        scale = norm_scale(norm_source, EPS)
+        assert not (torch.frexp(scale).mantissa == 0.5).any(), name
+        q = case[0][0]
+        if q.dtype != torch.float32:
+            assert not torch.equal(apply_norm_scale(q, scale).float(), q.float() * scale[..., None]), name
+
+
+@pytest.mark.parametrize("name", _NORM_EXACT)
+def test_norm_kernel_is_bit_identical_to_reference(interpreted, name):
+    """Variances order free (pow2 cases): q_out and every element of both cache stacks equal the
+    reference bit for bit in fp32/bf16/fp16, H_model 1024/2048/1000 (and 3000, 8192: several chunks),
+    L 1 and 2, 16/8 heads of 128 and 4/2 of 32, norm_source contiguous, last-dim strided or a row view."""
+    _, outputs, _ = interpreted
+    case, norm_source = _norm_cases()[name]
+    got = outputs[f"norm_kernel/{name}"]
+    assert got[0].is_contiguous()
+    _assert_write_equal(got, _norm_reference(case, norm_source), name)
+    _assert_write_equal(got, _expected_write(_prescaled(case, norm_source)), name)
+
+
+@pytest.mark.parametrize("name", _NORM_GRID)
+def test_norm_kernel_with_arbitrary_scale(interpreted, name):
+    """s an arbitrary fp32 value, computed exactly (integer rows: the sum of squares is order free), on
+    Gaussian q/k/v: V, which is only scaled and rounded, equals the reference bit for bit; q_out and
+    cached K are bit for bit the kernel without norm_source on the reference's scaled q/k/v (so the
+    scaling adds exactly the reference's rounding); against the reference, q_out and K differ only
+    where a per-head variance sum moved by an ulp (as without norm_source)."""
+    _, outputs, _ = interpreted
+    case, norm_source = _norm_cases()[name]
+    got = outputs[f"norm_kernel/{name}"]
+    want = _norm_reference(case, norm_source)
+    assert torch.equal(got[2], want[2]), f"{name}: v cache: {int((got[2] != want[2]).sum())} elements differ"
+    _assert_write_equal(got, outputs[f"norm_prescaled/{name}"], name)
+    _assert_write_close(got, want, name)
+
+
+@pytest.mark.parametrize("name", _NORM_RANDN)
+def test_norm_kernel_matches_reference_on_gaussian_inputs(interpreted, name):
+    """Gaussian norm_source and q/k/v: the chunked sum of squares may move s by one fp32 ulp, and the
+    per-head variances as without norm_source; bounded like those (_assert_write_close)."""
+    _, outputs, _ = interpreted
+    case, norm_source = _norm_cases()[name]
+    _assert_write_close(outputs[f"norm_kernel/{name}"], _norm_reference(case, norm_source), name)
+
+
+@pytest.mark.parametrize("name, block_h", NORM_FORCED, ids=[f"{n}-bh{b}" for n, b in NORM_FORCED])
+def test_norm_every_head_tiling_is_exact(interpreted, name, block_h):
+    """Every program computes s itself, whatever heads it holds: one head per program up to tiles
+    wider than the KV heads."""
+    _, outputs, _ = interpreted
+    case, norm_source = _norm_cases()[name]
+    _assert_write_equal(outputs[f"norm_forced/{name}/bh{block_h}"], _norm_reference(case, norm_source),
+                        f"{name} block_h={block_h}")
+
+
+@pytest.mark.parametrize("name", _NORM_EXACT)
+def test_norm_dispatcher_uses_triton_when_forced(interpreted, name):
+    _, outputs, _ = interpreted
+    info = outputs["write_info"]
+    assert info["failure"] is None and info["loaded_launcher"], info
+    _assert_write_equal(outputs[f"norm_dispatch/{name}"], outputs[f"norm_kernel/{name}"], name)
+
+
+@pytest.mark.parametrize("name", _WRITE_EXACT)
+def test_no_norm_source_is_the_op_as_before(interpreted, name):
+    """norm_source=None passed explicitly (norm_eps then ignored): the kernel's results of the call
+    without it, bit for bit (V still a bit copy), through the kernel and the dispatcher."""
+    _, outputs, _ = interpreted
+    _assert_write_equal(outputs[f"write_none/{name}"], outputs[f"write_kernel/{name}"], name)
+    _assert_write_equal(outputs[f"write_none_dispatch/{name}"], outputs[f"write_kernel/{name}"], name)
 
 
 # The write op's route, shaped like a dispatcher module for the shared routing checks
@@ -343,6 +574,113 @@ def test_write_kv_fake_matches_real():
 
 
 # ---------------------------------------------------------------------------------------------
+# The deferred input norm (norm_source): routing, checks and the op, in process
+
+
+def _small_norm_case(dtype=torch.float32, seed=21, width=64):
+    """_small_write_case with a Gaussian norm_source [2, 1, width]."""
+    gen = torch.Generator().manual_seed(seed)
+    return _small_write_case(dtype, seed), (torch.randn(2, 1, width, generator=gen) * 3).to(dtype)
+
+
+@pytest.mark.parametrize("dname", ["fp32", "bf16"])
+def test_write_kv_norm_on_cpu_uses_the_reference_without_touching_triton(fresh_write_dispatcher, dname):
+    forbid_triton(fresh_write_dispatcher, WRITE_KV_DISPATCHER)
+    case, norm_source = _small_norm_case(DTYPES[dname])
+    got = _run_write(qkr.qk_norm_rope_write_kv, case, norm=(norm_source, EPS))
+    _assert_write_equal(got, _norm_reference(case, norm_source), dname)
+    assert not torch.equal(got[0], _run_write(qk_norm_rope_write_kv_reference, case)[0]), "norm_source was ignored"
+
+
+def test_write_kv_norm_forced_cpu_path_passes_it_to_the_launcher(fresh_write_dispatcher):
+    """The launcher gets norm_source and norm_eps after the destinations (None and 0.0 without); a
+    norm_source wider than the kernel's 8192 goes to the reference without reaching it."""
+    seen = []
+
+    def result(*args):
+        seen.append(args[12:])
+        return (qk_norm_rope_write_kv_reference(*args) + 1).contiguous()
+
+    launcher = use_launcher(fresh_write_dispatcher, WRITE_KV_DISPATCHER, CountingLauncher(result))
+    case, norm_source = _small_norm_case()
+    got = _run_write(qkr.qk_norm_rope_write_kv, case, norm=(norm_source, 0.5))
+    assert torch.equal(got[0], _run_write(qk_norm_rope_write_kv_reference, case, norm=(norm_source, 0.5))[0] + 1)
+    _run_write(qkr.qk_norm_rope_write_kv, case)
+    assert launcher.num_calls == 2 and seen[0][0] is norm_source and seen[0][1] == 0.5 and seen[1] == (None, 0.0)
+    wide_case, wide = _small_norm_case(width=qkr.MAX_NORM_COLS + 4)
+    _assert_write_equal(_run_write(qkr.qk_norm_rope_write_kv, wide_case, norm=(wide, EPS)),
+                        _norm_reference(wide_case, wide), "wide norm_source")
+    assert launcher.num_calls == 2, "a norm_source wider than 8192 must not reach the launcher"
+    assert qkr.write_kv_triton_failure() is None
+
+
+def test_write_kv_norm_failure_is_logged_once_and_never_retried(fresh_write_dispatcher, caplog):
+    case, norm_source = _small_norm_case(torch.bfloat16, seed=22)
+    want = _norm_reference(case, norm_source)
+    check_failure_logged_once_and_remembered(
+        fresh_write_dispatcher, caplog, WRITE_KV_DISPATCHER,
+        lambda: _run_write(qkr.qk_norm_rope_write_kv, case, norm=(norm_source, EPS)),
+        lambda got: _assert_write_equal(got, want, "fallback"))
+
+
+def test_write_kv_norm_real_launch_failure_falls_back(fresh_write_dispatcher):
+    from kernels import qk_norm_rope_triton
+
+    case, norm_source = _small_norm_case(torch.bfloat16, seed=23)
+    want = _norm_reference(case, norm_source)
+    check_real_launch_failure_falls_back(fresh_write_dispatcher, WRITE_KV_DISPATCHER, qk_norm_rope_triton,
+                                         lambda: _run_write(qkr.qk_norm_rope_write_kv, case, norm=(norm_source, EPS)),
+                                         lambda got: _assert_write_equal(got, want, "fallback"))
+
+
+def test_write_kv_norm_grad_path_uses_eager_and_backprops(fresh_write_dispatcher):
+    """A norm_source that needs a gradient takes the eager reference, and the gradient reaches it."""
+    launcher = use_launcher(fresh_write_dispatcher, WRITE_KV_DISPATCHER, _write_stand_in())
+    ((q, k, v, qw, kw, cos, sin), k_stack, v_stack, rows, positions), norm_source = _small_norm_case(seed=24)
+    norm_source = norm_source.clone().requires_grad_(True)
+    q_out = qkr.qk_norm_rope_write_kv(q, k, v, qw, kw, cos, sin, EPS, k_stack[1], v_stack[1], rows, positions,
+                                      norm_source, EPS)
+    assert launcher.num_calls == 0 and q_out.requires_grad
+    (q_out * torch.linspace(-1, 1, q_out.numel()).view(q_out.shape)).sum().backward()
+    assert norm_source.grad is not None and torch.isfinite(norm_source.grad).all() and norm_source.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda ns: ns[:1], r"norm_source must be \[2, 1, H_model\] \(q's B and L, H_model >= 1\), got \(1, 1, 64\)"),
+    (lambda ns: ns.expand(2, 3, 64), r"norm_source must be \[2, 1, H_model\].*got \(2, 3, 64\)"),
+    (lambda ns: ns[:, 0], r"norm_source must be \[2, 1, H_model\].*got \(2, 64\)"),
+    (lambda ns: ns[..., :0], r"norm_source must be \[2, 1, H_model\].*got \(2, 1, 0\)"),
+    (lambda ns: ns.double(), r"norm_source's dtype must be q's \(torch.float32\), got torch.float64"),
+    (lambda ns: ns.to("meta"), r"norm_source is on meta but q is on cpu"),
+])
+def test_write_kv_norm_bad_arguments_raise_value_error(fresh_write_dispatcher, bad, match):
+    case, norm_source = _small_norm_case(seed=25)
+    with pytest.raises(ValueError, match=match):
+        _run_write(qkr.qk_norm_rope_write_kv, case, norm=(bad(norm_source), EPS))
+    assert qkr.write_kv_triton_failure() is None, "bad input must not disable the kernel"
+
+
+def test_write_kv_norm_is_one_op_under_dispatch_mode(fresh_write_dispatcher):
+    case, norm_source = _small_norm_case(torch.bfloat16, seed=26)
+    (q, k, v, qw, kw, cos, sin), k_stack, v_stack, rows, positions = case
+    k_stack, v_stack = k_stack.clone(), v_stack.clone()
+    k_cache, v_cache = k_stack[TARGET_LAYER], v_stack[TARGET_LAYER]
+    with torch.no_grad(), OpCounter() as counter:
+        q_out = qkr.qk_norm_rope_write_kv(q, k, v, qw, kw, cos, sin, EPS, k_cache, v_cache, rows, positions,
+                                          norm_source, EPS)
+    assert counter.ops == ["qwen3tts.qk_norm_rope_write_kv.default"]
+    _assert_write_equal((q_out, k_stack, v_stack), _norm_reference(case, norm_source), "op")
+
+
+def test_write_kv_norm_fake_matches_real():
+    (q, k, v, qw, kw, cos, sin), k_stack, v_stack, rows, positions = _small_write_case(torch.bfloat16, seed=27)
+    norm_source = torch.randn(2, 1, 48).bfloat16()
+    torch.library.opcheck(qkr.qk_norm_rope_write_kv_op,
+                          (q, k, v, qw, kw, cos, sin, EPS, k_stack[1], v_stack[1], rows, positions, norm_source, EPS),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# ---------------------------------------------------------------------------------------------
 # The model's cache stores on the Triton route (interpreter child) vs the eager route
 
 
@@ -411,21 +749,63 @@ def test_model_cache_stores_on_the_triton_route_equal_the_eager_route(interprete
 
 
 # ---------------------------------------------------------------------------------------------
+# The deferred input norm on the GPU (real shapes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("width", [1024, 2048])   # the code predictor's and the talker's H_model
+@pytest.mark.parametrize("batch", [1, 256])
+def test_write_kv_norm_on_the_gpu_matches_the_reference(batch, width):
+    """bf16, L=1, 16 q / 8 KV heads of 128, q/k/v views of one fused projection, rows written out of
+    order: the kernel (and the dispatcher, which must take it) against the reference on the same GPU.
+    torch's CUDA mean and rsqrt may round s differently from the kernel's by an fp32 ulp and the
+    per-head variances sum in another order: bounded as in the interpreter (_assert_write_close)."""
+    from kernels.qk_norm_rope_triton import qk_norm_rope_write_kv_triton
+
+    num_heads, num_kv, head_dim, num_positions = 16, 8, 128, 16
+    q, k, v, qw, kw, cos, sin = _make_case((batch, 1, num_heads, num_kv, head_dim), torch.bfloat16, seed=400 + batch,
+                                           with_v=True)
+    fused = torch.cat([t.flatten(2) for t in (q, k, v)], dim=-1).cuda()   # one projection output, views of it
+    q, k, v = (part.unflatten(-1, (-1, head_dim)) for part in fused.split(
+        (num_heads * head_dim, num_kv * head_dim, num_kv * head_dim), dim=-1))
+    gen = torch.Generator().manual_seed(500 + width)
+    norm_source = (torch.randn(batch, 1, width, generator=gen) * 3).bfloat16().cuda()
+    stack = torch.full((CACHE_LAYERS, batch + 1, num_kv, num_positions, head_dim), SENTINEL, dtype=torch.bfloat16,
+                       device="cuda")
+    rows = torch.randperm(batch + 1, generator=gen)[:batch].cuda()
+    positions = torch.randint(0, num_positions, (batch,), generator=gen).cuda()
+    case = ((q, k, v, qw.cuda(), kw.cuda(), cos.cuda(), sin.cuda()), stack, stack.clone(), rows, positions)
+    norm = (norm_source, EPS)
+    want = _run_write(qk_norm_rope_write_kv_reference, case, norm=norm)
+    got = _run_write(qk_norm_rope_write_kv_triton, case, norm=norm)
+    torch.cuda.synchronize()
+    _assert_write_close([t.cpu() for t in got], [t.cpu() for t in want], f"B={batch} H_model={width}")
+    with torch.no_grad():
+        dispatched = _run_write(qkr.qk_norm_rope_write_kv, case, norm=norm)
+    assert qkr.write_kv_triton_failure() is None
+    _assert_write_equal([t.cpu() for t in dispatched], [t.cpu() for t in got], "dispatcher")
+
+
+# ---------------------------------------------------------------------------------------------
 # Ahead-of-time compile for Hopper (no GPU needed)
 
 
-def test_write_kv_kernel_compiles_for_hopper_without_fma():
-    """The cache-writing kernel: all three tile classes compile for sm_90, no FMA contraction."""
+@pytest.mark.parametrize("has_norm", [False, True], ids=["plain", "deferred_norm"])
+def test_write_kv_kernel_compiles_for_hopper_without_fma(has_norm):
+    """The cache-writing kernel: all three tile classes compile for sm_90, no FMA contraction (with
+    the deferred norm too: its squares must not fuse into the sum, nor v * s into anything)."""
     from kernels import qk_norm_rope_triton as qkt
 
     skip_if_interpreting(qkt)
     import inspect
 
     names = list(inspect.signature(qkt._qk_norm_rope_write_kv_kernel.fn).parameters)
-    constexprs = {"BLOCK_H": 1, "HALF": 64, "ROUND": 1}
+    constexprs = {"BLOCK_H": 1, "HALF": 64, "ROUND": 1, "HAS_NORM": has_norm,
+                  "NORM_BLOCK": qkt.NORM_CHUNK if has_norm else 1, "NORM_CHUNKS": 2 if has_norm else 0}
     index_ptrs = ("rows_ptr", "starts_ptr")
+    floats = ("eps", "norm_eps", "norm_cols_f")
     signature = {n: "constexpr" if n in constexprs else "*i64" if n in index_ptrs else
-                 "*bf16" if n.endswith("_ptr") else "fp32" if n == "eps" else "i32" for n in names}
+                 "*bf16" if n.endswith("_ptr") else "fp32" if n in floats else "i32" for n in names}
     # the index tensors' pointers and strides (1, or 0 when expanded) are not 16-divisible
     divisible = [i for i, n in enumerate(names) if (n.endswith("_ptr") or "stride" in n)
                  and not n.startswith(("rows_", "starts_"))]
@@ -445,6 +825,9 @@ def _run_child(work_dir: Path) -> None:
 
     outputs = {}
     _run_write_child(outputs)
+    _run_norm_child(outputs)
+    outputs["write_info"] = {"failure": qkr.write_kv_triton_failure(),
+                             "loaded_launcher": qkr._write_kv_route.launcher is not None}
     _run_model_child(outputs)
     save_child_results(work_dir, outputs, qkr, is_interpreting())
 
@@ -482,8 +865,25 @@ def _run_write_child(outputs: dict) -> None:
     for name, block_h in WRITE_FORCED:
         outputs[f"write_forced/{name}/bh{block_h}"] = _run_write(qk_norm_rope_write_kv_triton, cases[name],
                                                                  block_h=block_h)
-    outputs["write_info"] = {"failure": qkr.write_kv_triton_failure(),
-                             "loaded_launcher": qkr._write_kv_route.launcher is not None}
+    for name in _WRITE_EXACT:   # norm_source None passed explicitly; the eps beside it must not matter
+        outputs[f"write_none/{name}"] = _run_write(qk_norm_rope_write_kv_triton, cases[name], norm=(None, 0.25))
+        outputs[f"write_none_dispatch/{name}"] = _run_write(qkr.qk_norm_rope_write_kv, cases[name], norm=(None, 0.25))
+
+
+def _run_norm_child(outputs: dict) -> None:
+    from kernels.qk_norm_rope_triton import qk_norm_rope_write_kv_triton
+
+    cases = _norm_cases()
+    for name, (case, norm_source) in cases.items():
+        outputs[f"norm_kernel/{name}"] = _run_write(qk_norm_rope_write_kv_triton, case, norm=(norm_source, EPS))
+        if name in _NORM_GRID:
+            outputs[f"norm_prescaled/{name}"] = _run_write(qk_norm_rope_write_kv_triton, _prescaled(case, norm_source))
+        if name in _NORM_EXACT:
+            outputs[f"norm_dispatch/{name}"] = _run_write(qkr.qk_norm_rope_write_kv, case, norm=(norm_source, EPS))
+    for name, block_h in NORM_FORCED:
+        case, norm_source = cases[name]
+        outputs[f"norm_forced/{name}/bh{block_h}"] = _run_write(qk_norm_rope_write_kv_triton, case,
+                                                                norm=(norm_source, EPS), block_h=block_h)
 
 
 if __name__ == "__main__":

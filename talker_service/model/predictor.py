@@ -106,7 +106,9 @@ class CodePredictor(nn.Module):
             cache.offset = start
             cos = cos_table[start:start + length].expand(bs, length, -1)
             sin = sin_table[start:start + length].expand(bs, length, -1)
-            hidden = self.model.run(x, cos, sin, cache, None)[:, -1]  # [bs, Hp]: causal by position
+            # x is this step's own fresh input (a projection or a table gather): the stack may keep its
+            # residual stream in it rather than copy it (DecoderStack.run)
+            hidden = self.model.run(x, cos, sin, cache, None, consume_input=True)[:, -1]  # [bs, Hp]: causal by position
             # [bs, vocab] in the model dtype: the sampler widens it itself (on the GPU inside its one
             # launch, where bf16 keys also halve the top-k bisection), so no float copy here
             logits = linear(hidden, self.lm_head[group - 1].weight)
