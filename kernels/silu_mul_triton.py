@@ -77,7 +77,8 @@ def _silu_mul_rounded(g, u, dtype: tl.constexpr, EXP64: tl.constexpr):
 @triton.jit
 def _silu_mul_kernel(
     gu_ptr, out_ptr, h_ptr, inter, gu_row_stride, out_row_stride, h_row_stride, h_cols, h_cols_f, eps,
-    BLOCK: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_NORM: tl.constexpr, EXP64: tl.constexpr,
+    BLOCK: tl.constexpr, NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr, HAS_NORM: tl.constexpr,
+    EXP64: tl.constexpr,
     PDL: tl.constexpr,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
@@ -92,7 +93,9 @@ def _silu_mul_kernel(
         h_row = h_ptr + row * h_row_stride
         h_offs = tl.arange(0, NORM_BLOCK)
         sum_sq = tl.zeros([NORM_BLOCK], dtype=tl.float32)  # per-lane partial sums; masked lanes add 0
-        for start in range(0, h_cols, NORM_BLOCK):
+        # unrolled (a constexpr count): the row's loads are issued with gate/up's, not after a loop test
+        for chunk in tl.static_range(NORM_CHUNKS):
+            start = chunk * NORM_BLOCK
             h = _widen(tl.load(h_row + start + h_offs, mask=start + h_offs < h_cols, other=0.0))
             sum_sq += h * h  # h * h rounded, then added (no FMA: LAUNCH_OPTIONS)
         # mean as sum / H with a correctly rounded divide (Triton's plain fp32 '/' is approximate);
@@ -160,7 +163,8 @@ def silu_mul_triton(gate_up: torch.Tensor, norm_source: torch.Tensor | None = No
         raise ValueError(f"too many column tiles ({grid[1]}) for grid axis 1")
     _silu_mul_kernel[grid](
         gu2, out2, h2, inter, gu2.stride(0), out2.stride(0), h2.stride(0), h_cols, float(h_cols), float(eps),
-        BLOCK=block_n, NORM_BLOCK=norm_block_n, HAS_NORM=norm_source is not None, EXP64=is_interpreting(),
+        BLOCK=block_n, NORM_BLOCK=norm_block_n, NORM_CHUNKS=triton.cdiv(h_cols, norm_block_n),
+        HAS_NORM=norm_source is not None, EXP64=is_interpreting(),
         num_warps=num_warps, **LAUNCH_OPTIONS, **pdl_launch(gu2.device),
     )
     return out

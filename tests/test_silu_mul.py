@@ -671,8 +671,8 @@ def test_kernel_compiles_for_hopper(dtype, has_norm):
     signature = {"gu_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "h_ptr": f"*{dtype}", "inter": "i32",
                  "gu_row_stride": "i32", "out_row_stride": "i32", "h_row_stride": "i32", "h_cols": "i32",
                  "h_cols_f": "fp32", "eps": "fp32", "BLOCK": "constexpr", "NORM_BLOCK": "constexpr",
-                 "HAS_NORM": "constexpr", "EXP64": "constexpr"}
-    constants = {"BLOCK": 1024, "NORM_BLOCK": 2048, "HAS_NORM": has_norm, "EXP64": False}
+                 "NORM_CHUNKS": "constexpr", "HAS_NORM": "constexpr", "EXP64": "constexpr"}
+    constants = {"BLOCK": 1024, "NORM_BLOCK": 2048, "NORM_CHUNKS": 1, "HAS_NORM": has_norm, "EXP64": False}
     kernel = compile_for_hopper(silu_mul_triton._silu_mul_kernel, signature, constants,
                                 range(8), num_warps=4, **silu_mul_triton.LAUNCH_OPTIONS)
     ptx = kernel.asm["ptx"]
