@@ -57,3 +57,15 @@ def _make_case(shape, dtype, seed, *, exact_var=False, decode_positions=True, ba
     if with_v:
         return q, k, v, q_weight, k_weight, cos, sin
     return q, k, q_weight, k_weight, cos, sin
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Number of representable values between a and b (same dtype), elementwise."""
+    int_dtype = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    sign_mask = (1 << (8 * a.element_size() - 1)) - 1
+
+    def ordered(t):
+        bits = t.contiguous().view(int_dtype).to(torch.int64)
+        return torch.where(bits < 0, -(bits & sign_mask), bits)
+
+    return (ordered(a) - ordered(b)).abs()

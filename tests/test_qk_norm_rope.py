@@ -25,7 +25,7 @@ from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_
 import kernels.qk_norm_rope as qkr
 from kernels.qk_norm_rope_reference import apply_rope, qk_norm_rope_reference
 from talker_service.model.layers import RMSNorm
-from qk_norm_rope_cases import DTYPES, EPS, _make_case
+from qk_norm_rope_cases import DTYPES, EPS, _make_case, ulp_distance
 
 # (B, L, H, KV, D): talker decode, predictor prefill, a small odd one (the brief's shapes).
 SPEC_SHAPES = {"decode": (1, 1, 16, 8, 128), "prefill": (3, 2, 16, 8, 128), "small": (2, 5, 4, 2, 64)}
@@ -75,18 +75,6 @@ def _model_path(q, k, q_weight, k_weight, cos, sin):
     return q_out, k_out
 
 
-def _ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Number of representable values between a and b (same dtype), elementwise."""
-    int_dtype = {2: torch.int16, 4: torch.int32}[a.element_size()]
-    sign_mask = (1 << (8 * a.element_size() - 1)) - 1
-
-    def ordered(t):
-        bits = t.contiguous().view(int_dtype).to(torch.int64)
-        return torch.where(bits < 0, -(bits & sign_mask), bits)
-
-    return (ordered(a) - ordered(b)).abs()
-
-
 # ---------------------------------------------------------------------------------------------
 # Reference vs the model's code path (pure eager)
 
@@ -126,7 +114,7 @@ def _ulps_vs_reference(outs, args, name):
     ulps = []
     for got, ref in zip(outs, refs):
         assert got.shape == ref.shape and got.dtype == ref.dtype and got.is_contiguous(), name
-        ulps.append(_ulp_distance(got, ref).flatten())
+        ulps.append(ulp_distance(got, ref).flatten())
     return torch.cat(ulps), refs
 
 

@@ -26,7 +26,7 @@ from kernels.qk_norm_rope_reference import (apply_norm_scale, norm_scale, qk_nor
                                             qk_norm_rope_write_kv_reference)
 from kernels.rmsnorm_reference import rms_norm_reference
 from talker_service.model.layers import rope_tables
-from qk_norm_rope_cases import DTYPES, EPS, _make_case
+from qk_norm_rope_cases import DTYPES, EPS, _make_case, ulp_distance
 
 
 @pytest.fixture(scope="module")
@@ -296,18 +296,6 @@ def _norm_reference(case, norm_source):
     return _run_write(qk_norm_rope_write_kv_reference, case, norm=(norm_source, EPS))
 
 
-def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise number of representable values between a and b (same floating dtype)."""
-    int_dtype = {2: torch.int16, 4: torch.int32}[a.element_size()]
-    sign_mask = (1 << (8 * a.element_size() - 1)) - 1
-
-    def ordered(t):
-        bits = t.contiguous().view(int_dtype).to(torch.int64)
-        return torch.where(bits < 0, -(bits & sign_mask), bits)
-
-    return (ordered(a) - ordered(b)).abs()
-
-
 def _assert_write_close(got, want, name):
     """Within the bound of a variance that moved by one fp32 ulp (the kernel sums squares in another
     order than torch; the same bound as tests/test_qk_norm_rope.py's Gaussian cases): fp32 within 1e-6
@@ -320,7 +308,7 @@ def _assert_write_close(got, want, name):
         if g.dtype == torch.float32:
             torch.testing.assert_close(g, w, atol=1e-6, rtol=2.0 ** -21, msg=lambda m: f"{name}: {what}: {m}")
             continue
-        ulps = _ulps(g, w)
+        ulps = ulp_distance(g, w)
         flips = int((ulps > 0).sum())
         assert flips <= 1e-3 * ulps.numel() and int(ulps.max()) <= 2, (
             f"{name}: {what}: {flips} of {ulps.numel()} elements differ, max {int(ulps.max())} ulp")
