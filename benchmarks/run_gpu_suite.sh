@@ -25,6 +25,8 @@
 #                            norm launch before every q/k/v and gate/up GEMM) against the default (norm
 #                            weights folded into those GEMMs, residual adds in o_proj/down_proj; see
 #                            talker_service/model/layers.py), alternated AB_ROUNDS (2) times
+#   silu-mul-norm            the SwiGLU launch with the deferred norm's 1/rms against the plain one, and a
+#                            (BLOCK, warps) sweep of it at the decode shapes (benchmarks/bench_silu_mul_norm.py)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm
@@ -310,6 +312,8 @@ for w in $which; do
         done
       done
       cat "$OUT/pdl-ab.log" ;;
+    silu-mul-norm)
+      python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
     deferred-norm-ab)
       for round in $(seq "${AB_ROUNDS:-2}"); do
         for on in 0 1; do
