@@ -249,7 +249,7 @@ class DecoderStack(nn.Module):
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
-        if fold_norms if fold_norms is not None else deferred_norm_wanted():
+        if deferred_norm_wanted() if fold_norms is None else fold_norms:
             self.fold_norms()
 
     def fold_norms(self) -> bool:
@@ -283,7 +283,9 @@ class DecoderStack(nn.Module):
         norms). That route keeps the residual stream in place: x itself when consume_input says the
         caller is done with it (a fresh temporary), a copy otherwise."""
         if self.deferred_norm and hasattr(kv, "write_target"):
-            return self._run_deferred(x if consume_input else x.clone(), cos, sin, kv, mask)
+            # the stream is updated in place through [-1, hidden] views: a copy is made contiguous
+            h = x if consume_input else x.clone(memory_format=torch.contiguous_format)
+            return self._run_deferred(h, cos, sin, kv, mask)
         residual = x
         h = self.layers[0].input_layernorm(x)
         for i, layer in enumerate(self.layers):
