@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.rmsnorm_reference import rms_norm_reference
+from kernels.rmsnorm_reference import inverse_rms, rms_norm_reference
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -60,10 +60,9 @@ def write_tokens(cache: torch.Tensor, values: torch.Tensor, dest_rows: torch.Ten
     cache[dest_rows[:, None], :, positions] = values.transpose(1, 2).to(cache.dtype)
 
 
-def norm_scale(norm_source: torch.Tensor, norm_eps: float) -> torch.Tensor:
-    """The deferred input norm's per-token factor s = rsqrt(mean(h^2) + eps) [B, L, 1] in fp32, in
-    kernels/rmsnorm_reference.py's order (fp32 square, mean, + eps, rsqrt)."""
-    return torch.rsqrt(norm_source.float().pow(2).mean(-1, keepdim=True) + norm_eps)
+# The deferred input norm's per-token factor s [B, L, 1] in fp32: RMSNorm's own (kept under this name
+# for the callers of this module)
+norm_scale = inverse_rms
 
 
 def apply_norm_scale(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

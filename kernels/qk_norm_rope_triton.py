@@ -62,6 +62,7 @@ import triton.language as tl
 
 from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
+from kernels.rmsnorm_triton import row_inverse_rms
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_HEAD_DIM = 16
@@ -169,26 +170,6 @@ def _copy_heads(x_row, o_row, head0, num_heads, x_stride_h, o_stride_h,
 
 
 @triton.jit
-def _deferred_norm_scale(ns_row, norm_cols, norm_cols_f, norm_eps,
-                         NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr):
-    """s = rsqrt(mean(h^2) + eps) of one token's row h = ns_row[0:norm_cols], as an fp32 scalar.
-
-    kernels/rmsnorm_triton.py's math: squares in fp32 (bf16 widened by bits: the interpreter's
-    cast mangles subnormals), a correctly rounded divide by N (Triton's plain '/' is approximate;
-    N comes as a float argument, an int 1 would be specialized to a constexpr), tl.rsqrt. The row
-    is read in NORM_CHUNKS chunks of NORM_BLOCK into one elementwise accumulator, summed at the end:
-    a different order than torch's, so the variance may differ from eager's by one fp32 ulp."""
-    cols = tl.arange(0, NORM_BLOCK)
-    acc = tl.zeros((NORM_BLOCK,), dtype=tl.float32)
-    for chunk in tl.static_range(NORM_CHUNKS):
-        idx = chunk * NORM_BLOCK + cols
-        h = _widen(tl.load(ns_row + idx, mask=idx < norm_cols, other=0.0))
-        acc += h * h  # no FMA contraction (LAUNCH_OPTIONS): the square is rounded, as eager's pow(2)
-    mean_sq = tl.div_rn(tl.sum(acc, axis=0), norm_cols_f)
-    return tl.rsqrt(mean_sq + norm_eps)
-
-
-@triton.jit
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
     seq_len, num_q_heads, num_kv_heads, eps,
@@ -260,8 +241,8 @@ def _qk_norm_rope_write_kv_kernel(
     num_q_tiles = tl.cdiv(num_q_heads, BLOCK_H)
     num_kv_tiles = tl.cdiv(num_kv_heads, BLOCK_H)
     if HAS_NORM:
-        norm_scale = _deferred_norm_scale(ns_ptr + b * ns_stride_b + pos * ns_stride_l, norm_cols, norm_cols_f,
-                                          norm_eps, NORM_BLOCK, NORM_CHUNKS)
+        norm_scale = row_inverse_rms(ns_ptr + b * ns_stride_b + pos * ns_stride_l, norm_cols, norm_cols_f,
+                                    norm_eps, NORM_BLOCK, NORM_CHUNKS)
     else:
         norm_scale = 1.0
 

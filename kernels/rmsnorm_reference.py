@@ -10,7 +10,13 @@ from __future__ import annotations
 import torch
 
 
+def inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """rsqrt(mean(x^2) + eps) over the last dim, in fp32, keepdim: the factor RMSNorm multiplies by
+    (also applied on its own by the deferred norms' consumers, kernels/silu_mul_reference.py and
+    kernels/qk_norm_rope_reference.py)."""
+    return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+
+
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    x32 = x.float() * inverse_rms(x, eps)
     return weight * x32.to(x.dtype)

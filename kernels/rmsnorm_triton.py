@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -38,6 +39,27 @@ def _round_to_bf16_f32(v):
     bits = v.to(tl.int32, bitcast=True)
     bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
     return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def row_inverse_rms(row_ptr, num_cols, num_cols_f, eps, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+    """rsqrt(mean(h^2) + eps) of one row h = row_ptr[0:num_cols] (unit stride), as an fp32 scalar:
+    the deferred norms' factor, recomputed by each program that applies it (kernels/silu_mul_triton.py,
+    kernels/qk_norm_rope_triton.py).
+
+    _rms_norm_kernel's math: squares in fp32 (bf16 widened by bits: the interpreter's cast mangles
+    subnormals), a correctly rounded divide by N (Triton's plain '/' is approximate; N comes as a
+    float argument, an int 1 would be specialized to a constexpr), tl.rsqrt. The row is read in
+    CHUNKS chunks of BLOCK (a constexpr count, so the loads issue at once) into one elementwise
+    accumulator, summed at the end: a different order than torch's, so the variance may differ from
+    eager's by one fp32 ulp. Launch with FMA contraction off so each square is rounded."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for chunk in tl.static_range(CHUNKS):
+        idx = chunk * BLOCK + cols
+        h = _widen(tl.load(row_ptr + idx, mask=idx < num_cols, other=0.0))
+        acc += h * h
+    return tl.rsqrt(tl.div_rn(tl.sum(acc, axis=0), num_cols_f) + eps)
 
 
 @triton.jit

@@ -21,11 +21,13 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from kernels.rmsnorm_reference import inverse_rms
+
 
 def silu_mul_reference(gate_up: torch.Tensor, norm_source: Optional[torch.Tensor] = None,
                        eps: float = 0.0) -> torch.Tensor:
     if norm_source is not None:
-        scale = torch.rsqrt(norm_source.float().pow(2).mean(-1, keepdim=True) + eps)  # [..., 1] fp32
+        scale = inverse_rms(norm_source, eps)  # [..., 1] fp32
         gate_up = (gate_up.float() * scale).to(gate_up.dtype)  # one rounding to the dtype
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up

@@ -52,7 +52,7 @@ from triton.language.extra import libdevice
 
 from kernels.add_rmsnorm_triton import _narrow, _widen
 from kernels.pdl import pdl_launch, wait_for_prior_grid
-from kernels.rmsnorm_triton import _as_rows, _round_to
+from kernels.rmsnorm_triton import _as_rows, _round_to, row_inverse_rms
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 1024
@@ -90,17 +90,8 @@ def _silu_mul_kernel(
     g = _widen(tl.load(gate_ptrs, mask=mask, other=0.0))
     u = _widen(tl.load(gate_ptrs + inter, mask=mask, other=0.0))
     if HAS_NORM:  # deferred RMSNorm: scale the row by rsqrt(mean(h^2) + eps) (module docstring)
-        h_row = h_ptr + row * h_row_stride
-        h_offs = tl.arange(0, NORM_BLOCK)
-        sum_sq = tl.zeros([NORM_BLOCK], dtype=tl.float32)  # per-lane partial sums; masked lanes add 0
-        # unrolled (a constexpr count): the row's loads are issued with gate/up's, not after a loop test
-        for chunk in tl.static_range(NORM_CHUNKS):
-            start = chunk * NORM_BLOCK
-            h = _widen(tl.load(h_row + start + h_offs, mask=start + h_offs < h_cols, other=0.0))
-            sum_sq += h * h  # h * h rounded, then added (no FMA: LAUNCH_OPTIONS)
-        # mean as sum / H with a correctly rounded divide (Triton's plain fp32 '/' is approximate);
-        # H comes as a float argument: an int 1 would be specialized to a constexpr.
-        scale = tl.rsqrt(tl.div_rn(tl.sum(sum_sq, axis=0), h_cols_f) + eps)
+        # every program of the row recomputes it (no FMA: LAUNCH_OPTIONS keeps each square rounded)
+        scale = row_inverse_rms(h_ptr + row * h_row_stride, h_cols, h_cols_f, eps, NORM_BLOCK, NORM_CHUNKS)
         g = _round_to(g * scale, out_ptr.dtype.element_ty)  # (gate_up.float() * scale).to(dtype)
         u = _round_to(u * scale, out_ptr.dtype.element_ty)
     y = _silu_mul_rounded(g, u, out_ptr.dtype.element_ty, EXP64)  # gate_up, h and out share the dtype

@@ -215,9 +215,16 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        # one GEMM for gate and up, one launch for silu(gate) * up (kernels/silu_mul.py); at a few
-        # rows one launch for both (kernels/small_m_linear.py)
-        return linear(linear_silu_mul(x, *self._gate_up), self.down_proj.weight, self.down_proj.bias)
+        return linear(self.activation(x), self.down_proj.weight, self.down_proj.bias)
+
+    def activation(self, x: torch.Tensor, norm_eps: float | None = None) -> torch.Tensor:
+        """silu(gate(x)) * up(x), the input of down_proj (after fuse_projections). One GEMM for gate
+        and up, one launch for silu(gate) * up (kernels/silu_mul.py); at a few rows one launch for
+        both (kernels/small_m_linear.py). norm_eps (deferred norm, module docstring): x is the
+        un-normalised residual stream, the norm weight is in the gate/up weight, 1/rms(x) is applied
+        before the SwiGLU."""
+        weight, bias = self._gate_up
+        return linear_silu_mul(x, weight, bias, norm_eps=norm_eps)
 
 
 class DecoderLayer(nn.Module):
@@ -305,8 +312,7 @@ class DecoderStack(nn.Module):
             attn = layer.self_attn.attend(h, cos, sin, kv, mask, norm_eps=layer.input_layernorm.eps)
             o_proj = layer.self_attn.o_proj
             linear_add_(h, attn, o_proj.weight, o_proj.bias)
-            gate_up_weight, _ = layer.mlp._gate_up
-            act = linear_silu_mul(h, gate_up_weight, norm_eps=layer.post_attention_layernorm.eps)
+            act = layer.mlp.activation(h, norm_eps=layer.post_attention_layernorm.eps)
             down = layer.mlp.down_proj
             linear_add_(h, act, down.weight, down.bias)
         return self.norm(h)
