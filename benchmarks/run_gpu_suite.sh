@@ -241,8 +241,8 @@ for w in $which; do
         "torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "pytest",
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
-        tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_silu_mul.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_pdl.py tests/test_deferred_norm.py \
+        tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_qk_norm_rope_write_kv_routing.py tests/test_silu_mul.py tests/test_silu_mul_routing.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py tests/test_pdl.py tests/test_deferred_norm.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;

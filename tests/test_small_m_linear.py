@@ -1,7 +1,10 @@
-"""The few-row linear: Triton kernel (CPU interpreter) vs F.linear, the `linear` dispatcher's routing
-(opt-in, row limit, compile/grad/CPU fallbacks), and an sm_90 compile of the GPU variant; the deferred-
-norm entry points too: `linear_add_` (the RESIDUAL variant: residual += x W^T in place, rounded once)
-and `linear_silu_mul(..., norm_eps=)` (the GLU variant with NORM: gate/up scaled by 1/rms(x)).
+"""The few-row linear's Triton kernel (CPU interpreter) vs F.linear, the dispatcher's Triton path
+(one op, same bits as the kernel, a decoder layer on it), the GPU variants on CUDA, and an sm_90
+compile of the GPU variant; the deferred-norm entry points too: `linear_add_` (the RESIDUAL variant:
+residual += x W^T in place, rounded once) and `linear_silu_mul(..., norm_eps=)` (the GLU variant
+with NORM: gate/up scaled by 1/rms(x)). The dispatcher's routing (opt-in, row limit, grad/CPU
+fallbacks, failure memory, argument errors) is tested in-process with stand-in launchers in
+tests/test_small_m_linear_routing.py; the inputs both use are in tests/small_m_linear_cases.py.
 
 Kernel launches happen in one child process started with TRITON_INTERPRET=1 and
 QWEN3_TTS_LINEAR_CPU_TRITON=1 (`python tests/test_small_m_linear.py --child DIR`); comparisons happen
@@ -22,95 +25,14 @@ import torch
 import torch.nn.functional as F
 
 # triton_support first: it puts the repo root on sys.path for the kernels imports below
-from triton_support import (CountingLauncher, OpCounter, assert_dispatch_equals_kernel, child_main,
-                            compile_for_hopper, fresh_route, run_benchmark_smoke, run_interpreter_child,
-                            save_child_results, skip_if_interpreting, use_launcher)
+from triton_support import (OpCounter, assert_dispatch_equals_kernel, child_main, compile_for_hopper,
+                            run_benchmark_smoke, run_interpreter_child, save_child_results, skip_if_interpreting)
 from kernels import small_m_linear
-from kernels.silu_mul import silu_mul
 from kernels.small_m_linear import linear, linear_add_, linear_silu_mul
+from small_m_linear_cases import (ADD_CASES, CASES, GLU_CASES, NORM_CASES, _make, _make_add, _make_glu, _make_norm,
+                                  _norm_silu_mul)
 
 HALF_ULP = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-# (M, N, K, bias, dtype, kwargs): 1, 3, 5, 8 and 16 rows; N not a multiple of any tile; K not a
-# power of two (96, 80) and K past one slice (8200: the slice loop runs twice); x with a row stride
-# other than K; block_n and num_warps overridden
-CASES = {
-    "fp32-m1": (1, 37, 64, True, torch.float32, {}),
-    "fp32-m2-k8200": (2, 5, 8200, True, torch.float32, {}),
-    "fp32-m8-k96": (8, 20, 96, False, torch.float32, {}),
-    "bf16-m1": (1, 50, 128, True, torch.bfloat16, {}),
-    "bf16-m5-bn4": (5, 33, 80, True, torch.bfloat16, {"block_n": 4}),
-    "fp16-m16": (16, 24, 64, False, torch.float16, {"num_warps": 2}),
-    "bf16-m3-strided": (3, 40, 64, True, torch.bfloat16, {}),
-}
-
-
-def _make(name, seed):
-    m, n, k, with_bias, dtype, kwargs = CASES[name]
-    gen = torch.Generator().manual_seed(seed)
-    if name.endswith("strided"):   # x as the first K columns of a wider buffer: row stride != K
-        x = torch.randn(m, k + 16, generator=gen).to(dtype)[:, :k]
-    else:
-        x = torch.randn(m, k, generator=gen).to(dtype)
-    weight = (torch.randn(n, k, generator=gen) / k ** 0.5).to(dtype)
-    bias = torch.randn(n, generator=gen).to(dtype) if with_bias else None
-    return {"x": x, "weight": weight, "bias": bias, "kwargs": kwargs}
-
-
-# the GLU variant (fused gate/up weight [2I, K] -> silu(gate) * up [M, I]): (M, I, K, bias, dtype, kwargs)
-GLU_CASES = {
-    "glu-bf16-m1": (1, 48, 128, False, torch.bfloat16, {}),
-    "glu-bf16-m3-bias": (3, 40, 96, True, torch.bfloat16, {}),
-    "glu-fp16-m2-bn2": (2, 33, 64, True, torch.float16, {"block_n": 2}),
-    "glu-fp32-m1-k8200": (1, 12, 8200, False, torch.float32, {}),
-}
-
-
-def _make_glu(name, seed):
-    m, inter, k, with_bias, dtype, kwargs = GLU_CASES[name]
-    gen = torch.Generator().manual_seed(100 + seed)
-    # x scaled by 3: gate sums spread over silu's curved part and both of its tails
-    x = (3 * torch.randn(m, k, generator=gen)).to(dtype)
-    weight = (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).to(dtype)
-    bias = torch.randn(2 * inter, generator=gen).to(dtype) if with_bias else None
-    return {"x": x, "weight": weight, "bias": bias, "kwargs": kwargs}
-
-
-# linear_add_ (residual [M, N] += x W^T (+ b)): (M, N, K, bias, dtype); every dtype at K = 1024 (one
-# slice) and K = 8200 (two), with and without a bias, 1-3 rows
-ADD_CASES = {
-    f"add-{tag}-m{m}-k{k}{'-bias' if with_bias else ''}": (m, n, k, with_bias, dtype)
-    for tag, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32))
-    for (m, n, k, with_bias) in ((1, 48, 1024, False), (3, 20, 1024, True), (2, 12, 8200, False), (3, 10, 8200, True))
-}
-
-
-def _make_add(name, seed):
-    m, n, k, with_bias, dtype = ADD_CASES[name]
-    gen = torch.Generator().manual_seed(200 + seed)
-    return {"residual": (4 * torch.randn(m, n, generator=gen)).to(dtype), "x": torch.randn(m, k, generator=gen).to(dtype),
-            "weight": (torch.randn(n, k, generator=gen) / k ** 0.5).to(dtype),
-            "bias": torch.randn(n, generator=gen).to(dtype) if with_bias else None}
-
-
-# GLU with a deferred norm (x un-normalised, bias-free): (M, I, K, dtype, x scale, eps); the last
-# with an eps the size of the variance, so a wrong eps shows
-NORM_CASES = {
-    "norm-bf16-m1-k1024": (1, 48, 1024, torch.bfloat16, 3.0, 1e-6),
-    "norm-bf16-m2-k8200": (2, 20, 8200, torch.bfloat16, 3.0, 1e-6),
-    "norm-fp16-m2-k1024": (2, 40, 1024, torch.float16, 3.0, 1e-6),
-    "norm-fp16-m1-k8200": (1, 24, 8200, torch.float16, 3.0, 1e-6),
-    "norm-fp32-m1-k1024": (1, 40, 1024, torch.float32, 3.0, 1e-6),
-    "norm-fp32-m2-k8200": (2, 12, 8200, torch.float32, 3.0, 1e-6),
-    "norm-bf16-m2-k1024-eps": (2, 32, 1024, torch.bfloat16, 0.5, 0.25),
-}
-
-
-def _make_norm(name, seed):
-    m, inter, k, dtype, scale, eps = NORM_CASES[name]
-    gen = torch.Generator().manual_seed(300 + seed)
-    # gate/up sums ~ scale * N(0, 1), then scaled by ~1/scale: silu's curved part and both tails
-    return {"x": (scale * torch.randn(m, k, generator=gen)).to(dtype),
-            "weight": (torch.randn(2 * inter, k, generator=gen) / k ** 0.5).to(dtype), "eps": eps}
 
 
 def _cases():
@@ -118,20 +40,6 @@ def _cases():
     cases |= {name: _make_add(name, seed) for seed, name in enumerate(ADD_CASES)}
     cases |= {name: _make_norm(name, seed) for seed, name in enumerate(NORM_CASES)}
     return cases | {name: _make_glu(name, seed) for seed, name in enumerate(GLU_CASES)}
-
-
-def _norm_silu_mul(gate_up, x, eps, variance_ulps=0):
-    """The deferred norm + SwiGLU from torch ops (independent of kernels/silu_mul*.py): s =
-    rsqrt(mean(x32^2) + eps) per row, gate_up scaled in fp32 and rounded to its dtype, then silu(gate)
-    rounded and * up rounded, with exp correctly rounded to fp32 (fp64, as the interpreter's EXP64 and,
-    for bf16/fp16, CPU F.silu). variance_ulps moves mean(x32^2) by that many fp32 ulps first."""
-    var = x.float().pow(2).mean(-1, keepdim=True)
-    for _ in range(abs(variance_ulps)):
-        var = torch.nextafter(var, torch.full_like(var, float("inf") if variance_ulps > 0 else 0.0))
-    gate_up = (gate_up.float() * torch.rsqrt(var + eps)).to(gate_up.dtype)
-    gate, up = gate_up.float().chunk(2, dim=-1)
-    silu = (gate / (1 + torch.exp(-gate.double()).float())).to(gate_up.dtype)
-    return (silu.float() * up).to(gate_up.dtype)
 
 
 def _add_truth(case):
@@ -191,33 +99,6 @@ def test_glu_dispatch_is_one_op_and_equals_the_kernel(interpreted):
     assert torch.equal(outputs["glu-dispatch/3d"][0], outputs["glu/glu-bf16-m1"])
     launching = {op: n for op, n in info["glu_op_counts"].items() if op not in ("aten.view", "aten.reshape")}
     assert launching == {"qwen3tts.small_m_linear_silu_mul": 1}
-
-
-def test_glu_off_is_linear_then_silu_mul(fresh_dispatcher):
-    case = _make_glu("glu-bf16-m3-bias", 1)
-    with OpCounter() as counter:
-        got = linear_silu_mul(case["x"], case["weight"], case["bias"])   # CPU, not asked for: no kernel
-    assert torch.equal(got, silu_mul(F.linear(case["x"], case["weight"], case["bias"])))
-    assert "qwen3tts.small_m_linear_silu_mul" not in counter.counts
-    odd = torch.randn(5, 8)   # no gate/up halves: the plain path raises silu_mul's own error
-    with pytest.raises((ValueError, RuntimeError)):
-        linear_silu_mul(torch.randn(1, 8), odd)
-
-
-def test_a_failing_glu_launch_falls_back_and_leaves_the_plain_kernel_on(fresh_dispatcher):
-    fresh_route(fresh_dispatcher, small_m_linear, "_glu_route")
-    plain = _stand_in(fresh_dispatcher)
-    failing = use_launcher(fresh_dispatcher, small_m_linear, CountingLauncher(None, error=RuntimeError("no ptxas")),
-                           "_glu_route")
-    case = _make_glu("glu-bf16-m1", 0)
-    want = silu_mul(F.linear(case["x"], case["weight"], case["bias"]))
-    assert torch.equal(linear_silu_mul(case["x"], case["weight"], case["bias"]), want)   # the reference answered
-    assert "no ptxas" in small_m_linear.glu_triton_failure()
-    assert torch.equal(linear_silu_mul(case["x"], case["weight"], case["bias"]), want)
-    assert failing.num_calls == 1                                   # remembered: not tried again
-    assert small_m_linear.triton_failure() is None
-    x, weight = torch.randn(1, 8), torch.randn(6, 8)
-    assert torch.equal(linear(x, weight), F.linear(x, weight) + 1) and plain.num_calls == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -413,260 +294,6 @@ def test_glu_with_norm_eps_dispatch_is_one_op(interpreted):
     assert torch.equal(outputs["norm-dispatch/3d"][0], outputs["norm/norm-bf16-m1-k1024"])
     launching = {op: n for op, n in info["norm_op_counts"].items() if op not in ("aten.view", "aten.reshape")}
     assert launching == {"qwen3tts.small_m_linear_silu_mul": 1}
-
-
-# ---------------------------------------------------------------------------------------------
-# Routing (in-process, stand-in launchers)
-
-
-@pytest.fixture
-def fresh_dispatcher(monkeypatch):
-    fresh = fresh_route(monkeypatch, small_m_linear)
-    fresh.delenv(small_m_linear.ENABLE_ENV, raising=False)
-    return fresh
-
-
-def _stand_in(fresh):
-    fresh.setenv(small_m_linear.ENABLE_ENV, "1")
-    return use_launcher(fresh, small_m_linear, CountingLauncher(lambda x, w, b: F.linear(x, w, b) + 1))
-
-
-def test_off_by_default_on_cpu_is_plain_linear(fresh_dispatcher):
-    case = _make("fp32-m1", 0)
-    with OpCounter() as counter:
-        y = linear(case["x"], case["weight"], case["bias"])
-    assert torch.equal(y, F.linear(case["x"], case["weight"], case["bias"]))
-    assert "qwen3tts.small_m_linear" not in counter.counts
-
-
-class _CudaLooking:
-    is_cuda = True
-    device = torch.device("cuda")
-
-
-@pytest.mark.parametrize("setting, cuda_rows, cpu_rows", [(None, 2, 0), ("", 2, 0), ("yes", 2, 0), ("0", 0, 0),
-                                                         ("1", 16, 16)])
-def test_row_limit_per_setting(fresh_dispatcher, setting, cuda_rows, cpu_rows):
-    """Unset (or any other value): up to two rows, on CUDA only (the measured win); "0" never; "1" up to
-    MAX_ROWS anywhere (the op itself still keeps CPU tensors on F.linear without the CPU variable)."""
-    if setting is not None:
-        fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, setting)
-    assert small_m_linear.max_rows_for(_CudaLooking()) == cuda_rows
-    assert small_m_linear.max_rows_for(torch.zeros(1)) == cpu_rows
-    assert small_m_linear.max_rows_on(torch.device("cuda")) == cuda_rows   # what the talker's graphs ask
-
-
-def test_zero_turns_the_kernel_off(fresh_dispatcher):
-    launcher = _stand_in(fresh_dispatcher)
-    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "0")
-    x, weight = torch.randn(1, 8), torch.randn(6, 8)
-    assert torch.equal(linear(x, weight), F.linear(x, weight))
-    assert launcher.num_calls == 0
-
-
-def test_asked_for_takes_the_launcher_up_to_the_row_limit(fresh_dispatcher):
-    launcher = _stand_in(fresh_dispatcher)
-    weight = torch.randn(6, 8)
-    small, big = torch.randn(2, 3, 8), torch.randn(17, 8)
-    assert torch.equal(linear(small, weight), F.linear(small, weight) + 1)   # 6 rows, [2, 3, 8] kept
-    assert torch.equal(linear(big, weight), F.linear(big, weight))          # 17 rows: cuBLAS
-    assert launcher.num_calls == 1
-
-
-def test_grad_dtype_and_empty_inputs_fall_back(fresh_dispatcher):
-    launcher = _stand_in(fresh_dispatcher)
-    weight = torch.randn(6, 8, requires_grad=True)
-    x = torch.randn(1, 8)
-    y = linear(x, weight)                       # gradients wanted: F.linear, differentiable
-    y.sum().backward()
-    assert weight.grad is not None
-    with torch.no_grad():
-        assert torch.equal(linear(x.double(), weight.double()), F.linear(x.double(), weight.double()))
-        assert linear(torch.randn(0, 8), weight).shape == (0, 6)
-    assert launcher.num_calls == 0
-
-
-def test_cpu_without_the_cpu_env_never_loads_triton(fresh_dispatcher):
-    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "1")
-    fresh_dispatcher.setattr(small_m_linear._route, "get_launcher", lambda: pytest.fail("Triton path taken on CPU"))
-    case = _make("bf16-m1", 2)
-    assert torch.equal(linear(case["x"], case["weight"], case["bias"]),
-                       F.linear(case["x"], case["weight"], case["bias"]))
-
-
-def _stand_in_add(fresh):
-    """The add op's launcher as a stand-in (residual += F.linear + 1, in place), the kernel asked for."""
-    fresh.setenv(small_m_linear.ENABLE_ENV, "1")
-    fresh_route(fresh, small_m_linear, "_add_route")
-    return use_launcher(fresh, small_m_linear, CountingLauncher(lambda r, x, w, b: r.add_(F.linear(x, w, b) + 1)),
-                        "_add_route")
-
-
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_linear_add_eager_path_is_in_place(fresh_dispatcher, with_bias):
-    """CPU, nothing asked for: no op, the eager path. Without a bias one addmm_ into residual (no
-    copy: the BLAS adds C itself); with one, residual.add_(F.linear(...)). Both equal residual +
-    F.linear in fp32 (to fp32 rounding: addmm may add C inside its sum), in place, same tensor back."""
-    gen = torch.Generator().manual_seed(11)
-    x, weight = torch.randn(2, 3, 64, generator=gen), torch.randn(24, 64, generator=gen) / 8
-    bias = torch.randn(24, generator=gen) if with_bias else None
-    residual = torch.randn(2, 3, 24, generator=gen)
-    want = residual + F.linear(x, weight, bias)
-    storage = residual.data_ptr()
-    with OpCounter() as counter:
-        got = linear_add_(residual, x, weight, bias)
-    assert got is residual and got.data_ptr() == storage
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
-    assert not any(op.startswith("qwen3tts.") for op in counter.counts)
-    if with_bias:
-        assert torch.equal(got, want)   # the same two roundings
-    else:
-        assert counter.counts["aten.addmm_"] == 1 and "aten.copy_" not in counter.counts and "aten.add_" not in counter.counts
-
-
-def test_linear_add_takes_its_op_up_to_the_row_limit(fresh_dispatcher):
-    launcher = _stand_in_add(fresh_dispatcher)
-    weight = torch.randn(6, 8)
-    small, big = torch.randn(2, 3, 8), torch.randn(17, 8)
-    r_small, r_big = torch.zeros(2, 3, 6), torch.zeros(17, 6)
-    assert linear_add_(r_small, small, weight) is r_small
-    assert torch.equal(r_small, F.linear(small, weight) + 1)                # 6 rows: the op, [2, 3, 6] kept
-    assert linear_add_(r_big, big, weight) is r_big
-    torch.testing.assert_close(r_big, F.linear(big, weight), rtol=1e-6, atol=1e-6)   # 17 rows: the eager path
-    assert launcher.num_calls == 1
-    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "0")                 # off: the eager path
-    linear_add_(torch.zeros(1, 6), torch.randn(1, 8), weight)
-    assert launcher.num_calls == 1
-
-
-def test_linear_add_under_autograd_takes_the_eager_path(fresh_dispatcher):
-    launcher = _stand_in_add(fresh_dispatcher)
-    weight = torch.randn(6, 8, requires_grad=True)
-    x, start = torch.randn(1, 8), torch.randn(1, 6, requires_grad=True)
-    residual = start * 1.0              # a non-leaf: in place is allowed, and differentiable
-    linear_add_(residual, x, weight).sum().backward()
-    assert weight.grad is not None and torch.equal(start.grad, torch.ones(1, 6))
-    with torch.no_grad():
-        assert torch.equal(linear_add_(torch.zeros(1, 6), x, weight), F.linear(x, weight) + 1)
-    assert launcher.num_calls == 1      # only the no_grad call took the op
-
-
-def test_a_failing_linear_add_launch_falls_back_and_leaves_the_other_ops_on(fresh_dispatcher):
-    plain = _stand_in(fresh_dispatcher)
-    fresh_route(fresh_dispatcher, small_m_linear, "_add_route")
-    failing = use_launcher(fresh_dispatcher, small_m_linear, CountingLauncher(None, error=RuntimeError("no ptxas")),
-                           "_add_route")
-    gen = torch.Generator().manual_seed(12)
-    x, weight, bias = torch.randn(1, 8, generator=gen), torch.randn(6, 8, generator=gen), torch.randn(6, generator=gen)
-    for with_bias in (False, True, False):
-        residual = torch.randn(1, 6, generator=gen)
-        want = residual + F.linear(x, weight, bias if with_bias else None)
-        assert linear_add_(residual, x, weight, bias if with_bias else None) is residual   # the eager path answered
-        torch.testing.assert_close(residual, want, rtol=1e-6, atol=1e-6)
-    assert failing.num_calls == 1                                   # remembered: not tried again
-    assert "no ptxas" in small_m_linear.add_triton_failure()
-    assert small_m_linear.triton_failure() is None and small_m_linear.glu_triton_failure() is None
-    assert torch.equal(linear(x, weight), F.linear(x, weight) + 1) and plain.num_calls == 1
-    small_m_linear.reset_add_triton_failure()
-    linear_add_(torch.zeros(1, 6), x, weight)
-    assert failing.num_calls == 2
-
-
-def test_linear_add_argument_errors():
-    r, x, w, b = torch.zeros(2, 6), torch.randn(2, 8), torch.randn(6, 8), torch.randn(6)
-    bad = {
-        "x rows": (r, torch.randn(3, 8), w, None),
-        "leading dims": (torch.zeros(1, 2, 6), torch.randn(2, 1, 8), w, None),
-        "x dims": (r, torch.randn(2, 1, 8), w, None),
-        "weight K": (r, x, torch.randn(6, 7), None),
-        "weight N": (r, x, torch.randn(5, 8), None),
-        "weight dims": (r, x, torch.randn(6, 8, 1), None),
-        "bias shape": (r, x, w, torch.randn(5)),
-        "residual dtype": (r.double(), x, w, None),
-        "x dtype": (r, x.half(), w, None),
-        "weight dtype": (r, x, w.bfloat16(), b),
-        "bias dtype": (r, x, w, b.double()),
-        "device": (r, x, w.to("meta"), None),
-        "non-contiguous residual": (torch.zeros(6, 2).t(), x, w, None),
-        "scalar residual": (torch.zeros(()), x, w, None),
-    }
-    for name, args in bad.items():
-        with pytest.raises(ValueError):
-            linear_add_(*args)
-            pytest.fail(name)
-    h = torch.zeros(2, 8)                         # x overlapping residual: a read-write race
-    with pytest.raises(ValueError, match="overlaps"):
-        linear_add_(h, h, torch.randn(8, 8))
-    with pytest.raises(ValueError, match="overlaps"):
-        linear_add_(h.view(-1)[10:16].view(1, 6), h[1:], w)   # inside x's row
-    packed = torch.zeros(14)                      # one storage, disjoint pieces: fine
-    linear_add_(packed[:6].view(1, 6), packed[6:].view(1, 8), w)
-
-
-def test_glu_norm_eps_off_is_linear_then_silu_mul_with_the_norm(fresh_dispatcher):
-    """CPU, not asked for: silu_mul(F.linear(x, W), norm_source=x, eps) -- the formula."""
-    case = _make_norm("norm-bf16-m2-k1024-eps", 0)
-    x, weight, eps = case["x"], case["weight"], case["eps"]
-    with OpCounter() as counter:
-        got = linear_silu_mul(x, weight, norm_eps=eps)
-    assert "qwen3tts.small_m_linear_silu_mul" not in counter.counts
-    assert torch.equal(got, _norm_silu_mul(F.linear(x, weight), x, eps))
-    assert not torch.equal(got, linear_silu_mul(x, weight))   # the norm did something
-    with pytest.raises(ValueError, match="bias"):
-        linear_silu_mul(x, weight, torch.zeros(weight.shape[0], dtype=x.dtype), norm_eps=eps)
-
-
-def test_glu_norm_eps_reaches_the_launcher_and_falls_back_with_the_norm(fresh_dispatcher):
-    """Asked for: the op hands norm_eps to the GLU launcher (and only when given: a launcher of
-    (x, w, b) still serves the plain call); a failing launch falls back to the formula."""
-    fresh_route(fresh_dispatcher, small_m_linear, "_glu_route")
-    fresh_dispatcher.setenv(small_m_linear.ENABLE_ENV, "1")
-    seen = []
-    launcher = use_launcher(fresh_dispatcher, small_m_linear,
-                            CountingLauncher(lambda *args: seen.append(args[3:]) or silu_mul(F.linear(*args[:3]))),
-                            "_glu_route")
-    case = _make_norm("norm-bf16-m1-k1024", 0)
-    x, weight, eps = case["x"], case["weight"], case["eps"]
-    linear_silu_mul(x, weight, norm_eps=eps)
-    linear_silu_mul(x, weight)
-    assert seen == [(eps,), ()] and launcher.num_calls == 2
-    with pytest.raises(ValueError, match="bias"):
-        linear_silu_mul(x, weight, torch.zeros(weight.shape[0], dtype=x.dtype), norm_eps=eps)
-    assert launcher.num_calls == 2
-    launcher.error = RuntimeError("no ptxas")
-    assert torch.equal(linear_silu_mul(x, weight, norm_eps=eps), _norm_silu_mul(F.linear(x, weight), x, eps))
-    assert "no ptxas" in small_m_linear.glu_triton_failure() and small_m_linear.add_triton_failure() is None
-
-
-def test_model_layers_route_their_projections_through_linear(fresh_dispatcher):
-    """With the kernel asked for, a decoder layer's four projections (fused qkv, o, fused gate/up,
-    down) go through the ops at batch 1 (gate/up through the GLU one); off, none do."""
-    from talker_service.model.config import DecoderStackConfig
-    from talker_service.model.layers import DecoderLayer
-
-    launcher = _stand_in(fresh_dispatcher)
-    launcher.result = lambda x, w, b: F.linear(x, w, b)
-    fresh_route(fresh_dispatcher, small_m_linear, "_glu_route")
-    glu = use_launcher(fresh_dispatcher, small_m_linear, CountingLauncher(lambda x, w, b: silu_mul(F.linear(x, w, b))),
-                       "_glu_route")
-    config = DecoderStackConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
-                                num_key_value_heads=2, head_dim=8, vocab_size=16, num_code_groups=4,
-                                rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False)
-    layer = DecoderLayer(config, 0).eval()
-    layer.self_attn.fuse_projections()
-    layer.mlp.fuse_projections()
-
-    class _KV:
-        def update(self, layer_idx, k, v):
-            return k, v
-
-    cos, sin = torch.ones(1, 1, 8), torch.zeros(1, 1, 8)
-    with torch.no_grad():
-        on = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
-        assert (launcher.num_calls, glu.num_calls) == (3, 1)    # qkv, o, down; gate/up with its SwiGLU
-        fresh_dispatcher.delenv(small_m_linear.ENABLE_ENV)
-        off = layer(torch.randn(1, 1, 32), cos, sin, _KV(), None)
-    assert (launcher.num_calls, glu.num_calls) == (3, 1) and on.shape == off.shape == (1, 1, 32)
 
 
 # ---------------------------------------------------------------------------------------------
