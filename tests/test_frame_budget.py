@@ -75,6 +75,23 @@ def test_limits_combine_with_the_smallest_winning_and_its_reason_reported():
     assert fixed.frame_limit() == (400, FINISH_LENGTH)
 
 
+def test_the_limit_kept_after_end_of_input_follows_the_prefill_limits_it_was_formed_from():
+    r = request(by_context=10**6)
+    r.feed.push([5] * 30)
+    r.feed.close()
+    assert r.frame_limit() == (text_budget_frames(30), FINISH_BUDGET)
+    assert r.frame_limit() == (text_budget_frames(30), FINISH_BUDGET)   # kept: same answer
+    r.max_frames_by_context = 12   # a prefill-time limit changed after it was kept: formed again
+    assert r.frame_limit() == (12, FINISH_CONTEXT)
+    r.max_frames_by_length = 5
+    assert r.frame_limit() == (5, FINISH_LENGTH)
+    open_text = request()
+    open_text.feed.push([5] * 30)
+    assert open_text.frame_limit() == (2048, FINISH_LENGTH)   # nothing kept while text may come
+    open_text.feed.close()
+    assert open_text.frame_limit() == (text_budget_frames(30), FINISH_BUDGET)
+
+
 # ---- gateway: the unary audio limit and the max_frames bound ----------------------------------
 
 @pytest.fixture(scope="module")

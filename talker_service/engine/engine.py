@@ -286,10 +286,16 @@ class TalkerEngine:
         runnable = self.scheduler.take_runnable(skip=_EitherOf(self._prefilling, self._all_launched))
         if not runnable:
             return None
-        requests = [r for r, _ in runnable]
+        requests, slots, positions, launched, text_ids = [], [], [], [], []
+        for request, text_id in runnable:   # one pass (every running stream, every step)
+            num_launched = request.num_launched
+            requests.append(request)
+            slots.append(request.slot)
+            positions.append(request.prompt_len + num_launched - 1)   # request.position
+            launched.append(num_launched)
+            text_ids.append(text_id)
         self._note_decode_gap({r.request_id for r in requests})
-        codes = self.runner.launch_decode([r.slot for r in requests], [r.position for r in requests],
-                                          [r.num_launched for r in requests], [t for _, t in runnable])
+        codes = self.runner.launch_decode(slots, positions, launched, text_ids)
         self.stats.num_decode_steps += 1
         self.stats.batch_size_histogram[len(requests)] += 1
         for request in requests:

@@ -46,6 +46,8 @@ class EngineRequest:
     first_frame_s: float = 0.0
     finish_reason: str = ""        # FINISH_* once it stopped generating
     pending: list = field(default_factory=list)   # this step's frames, each np [16] int64
+    # frame_limit()'s answer once the text has ended, with the two limits it was formed from
+    _final_limit: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_launched(self) -> int:
@@ -63,18 +65,28 @@ class EngineRequest:
         The text budget counts only once the text has ended: until then more text may raise it
         (and a streamed request cannot outrun its text anyway: each step consumes one text
         element, so it parks rather than generate far past the text it has). Ties go to the
-        request's own max_new_tokens (LENGTH), then to the context."""
+        request's own max_new_tokens (LENGTH), then to the context.
+
+        Asked after every accepted frame; once the text has ended the answer can only change with
+        the two prefill-time limits, so it is kept (with them) instead of recomputed 256 times a
+        step (the talker loop's host time at 256 streams, issue #11)."""
+        kept = self._final_limit
+        if kept is not None and kept[0] == self.max_frames_by_length and kept[1] == self.max_frames_by_context:
+            return kept[2], kept[3]
         limit, reason = self.max_frames_by_length, FINISH_LENGTH
-        if self.feed.is_closed:
+        closed = self.feed.is_closed
+        if closed:
             budget = frame_budget(self.feed.num_text_tokens, limit, self.sampling.min_new_tokens)
             if budget < limit:
                 limit, reason = budget, FINISH_BUDGET
         if self.max_frames_by_context < limit:
             limit, reason = self.max_frames_by_context, FINISH_CONTEXT
+        if closed:
+            self._final_limit = (self.max_frames_by_length, self.max_frames_by_context, limit, reason)
         return limit, reason
 
 
-@dataclass
+@dataclass(slots=True)   # one per running stream per step: slots make it cheaper to build
 class FramesOut:
     """New frames of one request from one step (possibly none on a final output)."""
     request_id: Hashable

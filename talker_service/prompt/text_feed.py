@@ -94,9 +94,16 @@ class TextFeed:
 
     def take_step(self) -> int | None:
         """The text id added to the next decode step, or None (park the request) when it has not
-        arrived yet. Never consumes anything on None."""
-        if not self.is_step_ready:
+        arrived yet. Never consumes anything on None. (is_step_ready and _element inlined: called for
+        every running stream every step.)"""
+        if not self._is_prefilled:
             return None
-        token = self._element(self._next)
-        self._next += 1
+        index, stream = self._next, self._stream
+        if index < len(stream):
+            token = stream[index]
+        elif self._is_closed:
+            token = self.tts_eos_id if index == len(stream) else self.tts_pad_id
+        else:
+            return None
+        self._next = index + 1
         return token
