@@ -16,6 +16,10 @@ import grpc
 
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 
+# the order the talker loop runs its phases in (talker_service.engine.stats.HOST_PHASES; not imported:
+# that package loads torch, which a client of the stack need not have)
+HOST_PHASES = ("intake", "admit", "prefill", "decode", "emit")
+
 STUBS = {"talker": admin_pb2_grpc.TalkerAdminStub, "vocoder": admin_pb2_grpc.VocoderAdminStub}
 
 
@@ -49,6 +53,7 @@ def _summary(role: str, stats) -> dict:
         out["decode_gap"] = _latency(stats.decode_gap)
         out["max_decode_gap_ms"] = round(stats.max_decode_gap_ms, 3)
         out["host_time"] = _latency(stats.host_time)
+        out["host_time_by_phase"] = {phase: _latency(window) for phase, window in stats.host_time_by_phase.items()}
         out["prefill_hit_rate"] = round(stats.graphs.prefill_hit_rate, 4)
         out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
@@ -125,6 +130,10 @@ def one_line(found: dict) -> str:
                      f"{s['decode_gap']['p50_ms']:.1f}/{s['max_decode_gap_ms']:.1f} ms")
             if "host_time" in s:   # older talkers do not report it
                 line += f", host p50 {s['host_time']['p50_ms']:.2f} ms"
+                phases = s.get("host_time_by_phase") or {}
+                if phases:
+                    line += " (" + ", ".join(f"{name} {phases[name]['p50_ms']:.2f}" for name in HOST_PHASES
+                                             if name in phases) + ")"
         parts.append(line)
         voices = s.get("voices")
         if voices and voices["num_batches"]:

@@ -47,6 +47,12 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
         # host time per loop iteration that stepped: as many as the steps (+ prefill-only iterations)
         assert talker["host_time"]["count"] >= talker["step_time"]["count"] and talker["host_time"]["p50_ms"] > 0
+        # ... split by the loop's phases, one sample per phase per such iteration
+        phases = talker["host_time_by_phase"]
+        assert set(phases) == {"intake", "admit", "prefill", "decode", "emit"}
+        assert all(phase["count"] == talker["host_time"]["count"] for phase in phases.values())
+        assert sum(phase["mean_ms"] for phase in phases.values()) == pytest.approx(talker["host_time"]["mean_ms"],
+                                                                                    rel=1e-3, abs=0.01)
         assert talker["num_prefill_graph_steps"] + talker["num_prefill_eager_steps"] >= 0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
@@ -57,3 +63,4 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         for name in ("prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms"):
             assert row["stages"][name]["p50_ms"] > 0, name
     assert "server p50/p95 ms: queue " in proc.stdout
+    assert "(intake " in proc.stdout and ", emit " in proc.stdout   # the host time's phases, printed

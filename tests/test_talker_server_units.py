@@ -291,3 +291,21 @@ def test_a_silent_gateway_gets_its_requests_aborted_and_no_more_beats(parts):
     assert len(routes) == 0 and sorted(engine.aborted) == ["r1", "r2"]
     assert sorted(s[2:] for s in outbox.of_kind("abort")) == [("r1", "CANCELLED"), ("r2", "CANCELLED")]
     assert outbox.of_kind("gateway") == [] and outbox.of_kind("error") == []
+
+
+def test_the_phase_clock_leaves_out_each_phase_s_device_waits(monkeypatch):
+    from service_common.host_copy import WaitClock
+    from talker_service.server import loop as loop_module
+    now = [100.0]
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: now[0])
+    waits = WaitClock()
+    phases = loop_module._PhaseClock(waits)
+    now[0] += 0.002
+    phases.lap("intake")                      # 2 ms of host work
+    now[0] += 0.010
+    waits.total_s += 0.009
+    phases.lap("decode")                      # 10 ms, 9 of them waiting for the device
+    now[0] += 0.0005
+    phases.lap("emit")
+    assert phases.laps_ms == pytest.approx({"intake": 2.0, "decode": 1.0, "emit": 0.5})
+    assert phases.total_ms == pytest.approx(3.5)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 WINDOW = 1024   # latest samples kept per latency window
+# the talker loop's phases, in order (talker_service/server/loop.py; admin.proto host_time_by_phase)
+HOST_PHASES = ("intake", "admit", "prefill", "decode", "emit")
 
 
 @dataclass
@@ -48,6 +50,8 @@ class EngineStats:
     decode_gap: LatencyWindow = field(default_factory=LatencyWindow)
     # a server loop iteration that ran a step, minus its device waits (talker_service/server/loop.py)
     host_time: LatencyWindow = field(default_factory=LatencyWindow)
+    # host_time by loop phase (HOST_PHASES), each less its own device waits
+    host_phases: dict = field(default_factory=lambda: {phase: LatencyWindow() for phase in HOST_PHASES})
     max_decode_gap_ms: float = 0.0
 
     def reset_windows(self) -> None:
@@ -58,3 +62,4 @@ class EngineStats:
         self.decode_gap = LatencyWindow()
         self.max_decode_gap_ms = 0.0
         self.host_time = LatencyWindow()
+        self.host_phases = {phase: LatencyWindow() for phase in HOST_PHASES}

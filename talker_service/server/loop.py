@@ -132,32 +132,39 @@ class TalkerServer:
             self.close()
 
     def run_once(self) -> None:
-        started_s, waited_s = time.perf_counter(), self.engine.runner.wait_clock.total_s
+        phases = _PhaseClock(self.engine.runner.wait_clock)
         with self.sockets_lock:
             self.receive(self.idle_timeout_ms())
             self.housekeeping.run(time.monotonic())   # right after receive: peers judged on all they sent
             self.run_admin_jobs()
+            phases.lap("intake")
             can_step = self.engine.has_runnable()
             if can_step:   # clones that start now get their vocoder primed during this step
                 self.emitter.open_primed(self.engine.admit())
+            phases.lap("admit")
         if can_step:
             # the lock is free while the engine runs: heartbeats leave meanwhile
             first_frames = self.engine.prefill_phase()
             if first_frames:   # new streams' first frames go to the vocoders before the decode step
                 with self.sockets_lock:
                     self.emitter.emit(first_frames)
+            phases.lap("prefill")
             outs = self.engine.decode_phase()
             if self.config.debug_step_delay_s > 0:
                 time.sleep(self.config.debug_step_delay_s)
+            phases.lap("decode")
         with self.sockets_lock:
             if can_step:
                 self.emitter.emit(outs)
             self.voice_requests.send_answers()
             self.latest_load = self.engine.load()
         self.beats.mark_progress()
+        phases.lap("emit")
         if can_step:   # host time: the iteration less its device waits (debug_step_delay_s counts as host)
-            device_s = self.engine.runner.wait_clock.total_s - waited_s
-            self.engine.stats.host_time.add((time.perf_counter() - started_s - device_s) * 1e3)
+            stats = self.engine.stats
+            stats.host_time.add(phases.total_ms)
+            for phase, host_ms in phases.laps_ms.items():
+                stats.host_phases[phase].add(host_ms)
 
     def idle_timeout_ms(self) -> int:
         """No wait while a step can run; else until a message, bounded for timers and admin jobs."""
@@ -245,3 +252,21 @@ class TalkerServer:
         self.recv_from_gateways.close(linger=SHUTDOWN_LINGER_MS)
         self.context.term()
         logger.info("talker loop stopped")
+
+
+class _PhaseClock:
+    """Host time of the loop's phases: wall time since the previous lap less the device waits
+    `wait_clock` recorded meanwhile (the engine's read-backs), per phase and in total."""
+
+    def __init__(self, wait_clock) -> None:
+        self.wait_clock = wait_clock
+        self.laps_ms: dict[str, float] = {}
+        self.total_ms = 0.0
+        self._last_s, self._last_wait_s = time.perf_counter(), wait_clock.total_s
+
+    def lap(self, phase: str) -> None:
+        now_s, waited_s = time.perf_counter(), self.wait_clock.total_s
+        host_ms = max(0.0, (now_s - self._last_s) - (waited_s - self._last_wait_s)) * 1e3
+        self.laps_ms[phase] = host_ms
+        self.total_ms += host_ms
+        self._last_s, self._last_wait_s = now_s, waited_s

@@ -31,7 +31,9 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         num_frames_generated=s.num_frames_generated, kv_cache_bytes=engine.runner.kv_cache_bytes,
         max_context_tokens=engine.config.max_seq_len,
         vocoders=vocoders.status(now_s), gateways=gateways.status(now_s), voices=voices.stats_proto(reset),
-        host_time=admin_pb2.LatencyStats(**s.host_time.summary()))
+        host_time=admin_pb2.LatencyStats(**s.host_time.summary()),
+        host_time_by_phase={phase: admin_pb2.LatencyStats(**window.summary())
+                            for phase, window in s.host_phases.items()})
     if reset:
         s.reset_windows()
     return stats
