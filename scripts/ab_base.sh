@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=${1:?usage: scripts/ab_base.sh COMMIT}
 mkdir -p build
-git archive "$commit" -o build/base.tar
+# the stack and the benches only: past results and docs (~28 MB) would push the device tool's carry
+# (working tree + build + .whl) over its 64 MiB
+git archive "$commit" -o build/base.tar -- . ':(exclude)benchmarks/results' ':(exclude)docs'
 git rev-parse --short "$commit" > build/base.commit
 echo "build/base.tar: $(cat build/base.commit) ($(du -h build/base.tar | cut -f1))"
