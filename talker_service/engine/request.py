@@ -47,7 +47,7 @@ class EngineRequest:
     finish_reason: str = ""        # FINISH_* once it stopped generating
     pending: list = field(default_factory=list)   # this step's frames, each np [16] int64
     # frame_limit()'s answer once the text has ended, with the two limits it was formed from
-    _final_limit: tuple | None = field(default=None, repr=False, compare=False)
+    _final_limit: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def num_launched(self) -> int:
