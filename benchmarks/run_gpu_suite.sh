@@ -37,6 +37,9 @@
 #   decode-kernels           the frame step's sampling (one-launch whole-row kernel vs the sort path) and slot
 #                            attention (block / warp sweep) at batch 1, 64, 256 (benchmarks/bench_decode_kernels.py)
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#   e2e-repeats              the stack at default flags at REPEAT_LEVELS (256) only, E2E_REPEATS (2) more times,
+#                            each its own stack (e2e-repeat-N.json): the spread of one tree's throughput
+#                            and host time at 256 streams, next to the e2e piece's sweep
 #   e2e-ab                   same-machine A/B of the stack at default flags: the tree in build/base.tar
 #                            (scripts/ab_base.sh COMMIT writes it; carry "build") against this one,
 #                            alternated AB_ROUNDS (2) times at AB_LEVELS (256), each run at most
@@ -338,6 +341,13 @@ for w in $which; do
       install_wheels; random_checkpoint
       python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
         --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
+    e2e-repeats)
+      install_wheels; random_checkpoint
+      for run in $(seq "${E2E_REPEATS:-2}"); do
+        python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${REPEAT_LEVELS:-256}" \
+          --out "$OUT/e2e-repeat-$run.json" > "$OUT/e2e-repeat-$run.log" 2>&1
+        grep -E "^c=|host p50" "$OUT/e2e-repeat-$run.log" | sed "s/^/repeat $run: /"
+      done ;;
     e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
     e2e-ab) install_wheels; random_checkpoint; e2e_ab ;;
     e2e-clone) install_wheels; e2e_clone ;;
