@@ -46,6 +46,7 @@ from kernels.triton_route import TritonRoute
 CPU_TRITON_ENV = "QWEN3_TTS_QKROPE_CPU_TRITON"
 # kernels.qk_norm_rope_triton's limits, repeated so routing never imports triton
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+# widest deferred-norm row (norm_source's last dim) the write kernel takes; the kernel imports it
 MAX_NORM_COLS = 8192
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INDEX_DTYPES = (torch.int64, torch.int32)

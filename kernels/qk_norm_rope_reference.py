@@ -60,11 +60,6 @@ def write_tokens(cache: torch.Tensor, values: torch.Tensor, dest_rows: torch.Ten
     cache[dest_rows[:, None], :, positions] = values.transpose(1, 2).to(cache.dtype)
 
 
-# The deferred input norm's per-token factor s [B, L, 1] in fp32: RMSNorm's own (kept under this name
-# for the callers of this module)
-norm_scale = inverse_rms
-
-
 def apply_norm_scale(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x [B, L, heads, D] times its token's s [B, L, 1], computed in fp32 and rounded once to x's
     dtype (the product stands in for the projection of the normalised stream, which the model
@@ -93,9 +88,9 @@ def qk_norm_rope_write_kv_reference(
 
     norm_source [B, L, H_model] (the residual stream the projection read, whose input RMSNorm was
     deferred; None: no scaling): q, k and v are first replaced by apply_norm_scale(x, s) with
-    s = norm_scale(norm_source, norm_eps), then everything above happens to those."""
+    s = inverse_rms(norm_source, norm_eps) (RMSNorm's factor), then everything above happens to those."""
     if norm_source is not None:
-        scale = norm_scale(norm_source, norm_eps)
+        scale = inverse_rms(norm_source, norm_eps)   # [B, L, 1] fp32
         q, k, v = (apply_norm_scale(t, scale) for t in (q, k, v))
     q_out, k_out = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
     write_tokens(k_cache, k_out, dest_rows, dest_positions)

@@ -62,13 +62,13 @@ import triton.language as tl
 
 from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
+from kernels.qk_norm_rope import MAX_NORM_COLS, _check_norm_source as check_norm_source  # no triton there
 from kernels.rmsnorm_triton import row_inverse_rms
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_HEAD_DIM = 16
 MAX_HEAD_DIM = 256
 MAX_BLOCK_H = 8
-MAX_NORM_COLS = 8192  # widest deferred-norm row (norm_source's last dim) the write kernel takes
 NORM_CHUNK = 2048     # norm_source elements per load: 64 fp32 values per thread in a one-warp program
 _ROUND_MODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _MAX_GRID_Y = 65535  # CUDA limit on grid axis 1
@@ -423,17 +423,11 @@ def _check_cache_destination(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Te
 
 
 def _check_norm_source(q: torch.Tensor, norm_source: torch.Tensor) -> None:
-    batch, seq_len = q.shape[:2]
-    if norm_source.dim() != 3 or norm_source.shape[:2] != (batch, seq_len):
-        raise ValueError(f"qk_norm_rope_write_kv: norm_source must be [{batch}, {seq_len}, H_model] (q's B and L), "
-                         f"got {tuple(norm_source.shape)}")
-    if not 1 <= norm_source.shape[2] <= MAX_NORM_COLS:
+    """The dispatcher's checks (shape, dtype, device), then this kernel's own limit on the row width."""
+    check_norm_source(q, norm_source)
+    if norm_source.shape[2] > MAX_NORM_COLS:
         raise ValueError(f"qk_norm_rope_write_kv_triton: norm_source's H_model must be in [1, {MAX_NORM_COLS}], "
                          f"got {norm_source.shape[2]}")
-    if norm_source.dtype != q.dtype:
-        raise ValueError(f"qk_norm_rope_write_kv: norm_source is {norm_source.dtype} but q is {q.dtype}")
-    if norm_source.device != q.device:
-        raise ValueError(f"qk_norm_rope_write_kv: norm_source is on {norm_source.device} but q is on {q.device}")
 
 
 def qk_norm_rope_write_kv_triton(

@@ -21,7 +21,8 @@ import torch
 from triton_support import (child_main, compile_for_hopper, fresh_route, run_interpreter_child, save_child_results,
                             skip_if_interpreting)
 import kernels.qk_norm_rope as qkr
-from kernels.qk_norm_rope_reference import apply_norm_scale, norm_scale, qk_norm_rope_write_kv_reference
+from kernels.qk_norm_rope_reference import apply_norm_scale, qk_norm_rope_write_kv_reference
+from kernels.rmsnorm_reference import inverse_rms
 from kernels.rmsnorm_reference import rms_norm_reference
 from talker_service.model.layers import rope_tables
 from qk_norm_rope_cases import (CACHE_LAYERS, DTYPES, EPS, SENTINEL, TARGET_LAYER, WRITE_SHAPES, _assert_write_equal,
@@ -215,7 +216,7 @@ def _norm_cases():
 def _prescaled(case, norm_source):
     """The write case with q, k, v replaced by the reference's scaled values (apply_norm_scale)."""
     (q, k, v, *rest), k_stack, v_stack, rows, positions = case
-    scale = norm_scale(norm_source, EPS)
+    scale = inverse_rms(norm_source, EPS)
     return (*(apply_norm_scale(t, scale) for t in (q, k, v)), *rest), k_stack, v_stack, rows, positions
 
 
@@ -249,7 +250,7 @@ def test_norm_reference_scales_as_rmsnorm_reference_normalises():
     for name in ("bf16-talker-h2048-randn", "fp16-small_l2-h1000-randn", "fp32-talker-h2048-randn"):
         case, norm_source = _norm_cases()[name]
         ones = torch.ones(norm_source.shape[-1], dtype=norm_source.dtype)
-        scaled = apply_norm_scale(norm_source[:, :, None], norm_scale(norm_source, EPS))[:, :, 0]
+        scaled = apply_norm_scale(norm_source[:, :, None], inverse_rms(norm_source, EPS))[:, :, 0]
         assert torch.equal(scaled, rms_norm_reference(norm_source, ones, EPS)), name
         _assert_write_equal(_norm_reference(case, norm_source), _expected_write(_prescaled(case, norm_source)), name)
 
@@ -259,13 +260,13 @@ def test_norm_cases_scale_as_designed():
     of two and the scaled q really rounds in bf16/fp16 (the rounding step is exercised)."""
     cases = _norm_cases()
     for name in _NORM_EXACT:
-        scale = norm_scale(cases[name][1], EPS).flatten()
+        scale = inverse_rms(cases[name][1], EPS).flatten()
         assert set(scale.tolist()) <= {1 / 8, 1 / 16} and (scale == 1 / 8).any(), name
         if scale.numel() > 1:
             assert (scale == 1 / 16).any(), name
     for name in _NORM_GRID:
         case, norm_source = cases[name]
-        scale = norm_scale(norm_source, EPS)
+        scale = inverse_rms(norm_source, EPS)
         assert not (torch.frexp(scale).mantissa == 0.5).any(), name
         q = case[0][0]
         if q.dtype != torch.float32:

@@ -288,11 +288,10 @@ class TalkerEngine:
             return None
         requests, slots, positions, launched, text_ids = [], [], [], [], []
         for request, text_id in runnable:   # one pass (every running stream, every step)
-            num_launched = request.num_launched
             requests.append(request)
             slots.append(request.slot)
-            positions.append(request.prompt_len + num_launched - 1)   # request.position
-            launched.append(num_launched)
+            positions.append(request.position)
+            launched.append(request.num_launched)
             text_ids.append(text_id)
         self._note_decode_gap({r.request_id for r in requests})
         codes = self.runner.launch_decode(slots, positions, launched, text_ids)

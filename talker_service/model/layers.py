@@ -22,9 +22,8 @@ activations (the factor is applied to the GEMM output instead of its input).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
-
 import os
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
