@@ -163,6 +163,26 @@ def test_one_frames_message_per_vocoder_with_context_first_and_summary_last(part
     assert (later.handles, later.seqs, later.num_frames, later.opens, later.closes) == ([1], [1], [1], [], [])
 
 
+def test_a_step_over_two_vocoders_sends_each_its_own_streams_in_step_order(parts):
+    """Streams of two vocoders interleaved in one step: the running frames (the emitter's short
+    branch) and a final one each land in their own vocoder's one message, in the step's order."""
+    outbox, engine, _, routes, voc = parts
+    other = link("voc-b")
+    for rid in ("r3", "r4"):
+        engine.live.add(rid)
+        routes.add(Route(rid, GATEWAY, "tcp://gw:9", other))
+    emitter = Emitter(routes, outbox)
+    emitter.emit([frames(rid, 0, 1) for rid in ("r1", "r3", "r2", "r4")])   # opens all four
+    emitter.emit([frames("r3", 1, 1), frames("r1", 1, 1), frames("r4", 1, 1, is_final=True), frames("r2", 1, 2)])
+    later = {endpoint: batch for _, endpoint, batch in outbox.of_kind("frames")[2:]}
+    assert set(later) == {voc.endpoint, other.endpoint}
+    a, b = later[voc.endpoint], later[other.endpoint]
+    assert (a.handles, a.seqs, a.num_frames, a.opens, a.closes) == ([1, 2], [1, 1], [1, 2], [], [])
+    assert (b.handles, b.seqs, b.num_frames, b.opens) == ([1, 2], [1, 1], [1, 1], [])
+    assert [c.handle for c in b.closes] == [2] and "r4" not in routes and "r3" in routes
+    assert [r.request_id for r in a.routes] == ["r1", "r2"] and [r.request_id for r in b.routes] == ["r3", "r4"]
+
+
 def test_a_clone_admitted_opens_its_vocoder_stream_with_the_context_before_its_first_frame(parts):
     outbox, _, _, routes, voc = parts
     routes.get("r2").context_codes = np.full((3, 16), 7, np.int64)   # [K, 16] clone reference codes

@@ -77,7 +77,7 @@ class TalkerEngine:
         self._errors: list[ErrorOut] = []
         self._prefilling: dict[Hashable, PrefillJob] = {}   # slot held, prompt not yet all in the cache
         self._last_decode_s = 0.0
-        self._last_decoded: set[Hashable] = set()
+        self._decode_step = 0   # decode steps launched (the stats' count can be reset, this one is not)
         self._step_start_s = 0.0   # set by prefill_phase: a step's time runs from its admission
         # async decode: step N+1 is launched (in prefill_phase) before step N is read (in decode_phase)
         self.async_decode = self.config.is_async_decode(runner.model.device.type)
@@ -212,10 +212,11 @@ class TalkerEngine:
             launched, self._to_read = self._to_read, None
         else:
             launched = self._launch_decode()
-        if launched is not None:
-            self._read_decode(launched)
-            self.stats.step_time.add((self.clock() - self._step_start_s) * 1e3)
-        return self._collect()
+        if launched is None:
+            return self._collect()
+        outs = self._read_decode(launched)
+        self.stats.step_time.add((self.clock() - self._step_start_s) * 1e3)
+        return self._collect() + outs
 
     def _start_prefills(self, requests: list[EngineRequest]) -> None:
         """Prompt embeddings of requests that just got a slot; their chunks run from this step on."""
@@ -283,28 +284,63 @@ class TalkerEngine:
     def _launch_decode(self) -> LaunchedDecode | None:
         """One frame for every running stream whose next text is known and whose frames are not all
         launched yet, queued on the device."""
-        runnable = self.scheduler.take_runnable(skip=_EitherOf(self._prefilling, self._all_launched))
+        # most steps skip no one: then the per-row membership test is against an empty tuple
+        skip = _EitherOf(self._prefilling, self._all_launched) if self._prefilling or self._all_launched else ()
+        runnable = self.scheduler.take_runnable(skip=skip)
         if not runnable:
             return None
+        self._decode_step += 1   # numbered from 1: a request's last_decode_step starts at -1
+        step = self._decode_step
+        in_both = False   # a stream of the previous step runs in this one too (the decode-gap stat)
+        all_launched = self._all_launched
         requests, slots, positions, launched, text_ids = [], [], [], [], []
         for request, text_id in runnable:   # one pass (every running stream, every step)
             requests.append(request)
             slots.append(request.slot)
             positions.append(request.position)
-            launched.append(request.num_launched)
+            num_launched = request.num_launched
+            launched.append(num_launched)
             text_ids.append(text_id)
-        self._note_decode_gap({r.request_id for r in requests})
+            in_both = in_both or request.last_decode_step == step - 1
+            request.last_decode_step = step
+            request.frames_in_flight += 1   # as _launched_frame, inlined
+            if num_launched + 1 >= request.max_frames:
+                all_launched.add(request.request_id)
+        self._note_decode_gap(in_both)
         codes = self.runner.launch_decode(slots, positions, launched, text_ids)
         self.stats.num_decode_steps += 1
         self.stats.batch_size_histogram[len(requests)] += 1
-        for request in requests:
-            self._launched_frame(request)
         return LaunchedDecode(requests, codes)
 
-    def _read_decode(self, launched: LaunchedDecode) -> None:
+    def _read_decode(self, launched: LaunchedDecode) -> list[FramesOut]:
+        """Read a decode step back; -> the FramesOut of its usual rows (see below). The rest (a
+        stream that ended meanwhile, EOS, the frame limit) goes through _read_frame to _collect.
+
+        A usual row, the next frame of a running stream that neither ends nor has other output this
+        step, becomes its FramesOut here, in one pass: every running stream takes this path every
+        step, and per-row calls were most of the loop's host time at 256 streams (issue #11)."""
         codes = launched.codes.wait(self.runner.wait_clock)   # [n, 16]
-        for request, row in zip(launched.requests, codes):
-            self._read_frame(request, row)
+        eos = self.vocab.ids.codec_eos
+        running = RequestState.RUNNING
+        outs = []
+        for i, (request, code0) in enumerate(zip(launched.requests, codes[:, 0].tolist())):
+            num_frames = request.num_frames
+            if request.state is not running or code0 == eos or not num_frames or request.pending:
+                # dropped (it ended meanwhile), EOS, a first frame, or frames of it wait in _collect
+                self._read_frame(request, codes[i])
+                continue
+            # as in _accept: the limit is re-read every frame (a streamed text's budget grows until it ends)
+            limit = request.frame_limit()[0]
+            if num_frames + 1 >= limit:
+                self._read_frame(request, codes[i])   # its last frame: _accept finishes it
+                continue
+            request.max_frames = limit
+            request.frames_in_flight -= 1
+            request.num_frames = num_frames + 1
+            outs.append(FramesOut(request.request_id, request.next_seq, codes[i:i + 1], num_frames))
+            request.next_seq += 1
+        self.stats.num_frames_generated += len(outs)
+        return outs
 
     def _launched_frame(self, request: EngineRequest) -> None:
         request.frames_in_flight += 1
@@ -317,15 +353,15 @@ class TalkerEngine:
         if request.state is RequestState.RUNNING:
             self._accept(request, row)
 
-    def _note_decode_gap(self, decoded: set[Hashable]) -> None:
-        """Time since the previous decode step when a stream runs in both: what prefill work (a burst
-        of arrivals) and everything else between two steps cost the running streams."""
+    def _note_decode_gap(self, in_both: bool) -> None:
+        """Time since the previous decode step when a stream runs in both (`in_both`): what prefill
+        work (a burst of arrivals) and everything else between two steps cost the running streams."""
         now_s = self.clock()
-        if self._last_decoded & decoded:
+        if in_both:
             gap_ms = (now_s - self._last_decode_s) * 1e3
             self.stats.decode_gap.add(gap_ms)
             self.stats.max_decode_gap_ms = max(self.stats.max_decode_gap_ms, gap_ms)
-        self._last_decode_s, self._last_decoded = now_s, decoded
+        self._last_decode_s = now_s
 
     def _accept(self, request: EngineRequest, row: np.ndarray) -> None:
         self._touched[request.request_id] = request

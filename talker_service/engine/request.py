@@ -41,6 +41,7 @@ class EngineRequest:
     frames_in_flight: int = 0         # frames launched on the device, not read back yet (async decode)
     max_frames: int = 0               # frame_limit() as of the last accepted frame: launches stop there
     next_seq: int = 0                 # sequence number of the next FramesOut
+    last_decode_step: int = -1        # number of the last decode step that launched a frame of it
     prefill_start_s: float = 0.0
     prefill_ms: float = 0.0
     first_frame_s: float = 0.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
@@ -28,8 +29,10 @@ class LatencyWindow:
                     max_ms=float(values.max()), mean_ms=float(values.mean()))
 
     def mean_ms(self, last: int = 32) -> float:
-        recent = list(self.samples_ms)[-last:]
-        return float(np.mean(recent)) if recent else 0.0
+        """Mean of the latest `last` samples. Read every loop turn (the talker's load report), so it
+        walks only those samples instead of copying the whole window."""
+        recent = list(islice(reversed(self.samples_ms), last))
+        return sum(recent) / len(recent) if recent else 0.0
 
 
 @dataclass

@@ -24,20 +24,35 @@ class Emitter:
         self.outbox = outbox
 
     def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
+        # Runs once per step for every running stream (up to 256): the usual entry, a next frame
+        # of an opened stream, takes the short branch; anything else goes through add_frames.
         batches: dict[int, tuple[VocoderLink, FramesBatch]] = {}   # keyed by id(link): links are not hashable
+        find_route = self.routes.get
+        batch: FramesBatch | None = None
+        batch_link = None   # the link `batch` goes to: consecutive outs mostly share one vocoder
         for out in outs:
-            route = self.routes.get(out.request_id)
+            route = find_route(out.request_id)
             if route is None:   # ended this turn already (abort, vocoder loss)
                 continue
             if isinstance(out, ErrorOut):
                 self.routes.end_route(route, out.code, out.message)
-            elif route.sink is not None:
+                continue
+            if route.sink is not None:
                 route.sink.put(out)
                 if out.is_final:
                     self.routes.forget(route)
+                continue
+            link = route.vocoder
+            if link is not batch_link:
+                entry = batches.get(id(link))
+                if entry is None:
+                    entry = batches[id(link)] = (link, FramesBatch())
+                batch_link, batch = link, entry[1]
+            handle = route.vocoder_handle
+            if handle and not out.is_final:
+                batch.add(handle, out.seq + route.frames_seq_offset, out.codes, route)
             else:
-                link = route.vocoder
-                self.add_frames(batches.setdefault(id(link), (link, FramesBatch()))[1], link, route, out)
+                self.add_frames(batch, link, route, out)
         for link, batch in batches.values():
             self.send(link, batch)
 
