@@ -94,7 +94,12 @@ class CapturedDecode:
             host = host.pin_memory() if device.type == "cuda" else host                # [4, B]
             host.numpy()[:] = self.padding_row[:, None]
             self.hosts.append(host)
-        self.uploaded: list[torch.cuda.Event | None] = [None, None]   # per buffer: its last upload done
+        self.staging = [host.numpy() for host in self.hosts]   # views of the same memory
+        # per pinned buffer: an event recorded after each upload from it (None: pageable, the copy
+        # is staged before copy_ returns). Made once: the loop pays for is_pinned() and Event() otherwise
+        self.uploaded: list[torch.cuda.Event | None] = [
+            torch.cuda.Event() if host.is_pinned() else None for host in self.hosts]
+        self.upload_recorded = [False, False]
         self.next_host = 0
         self.index_rows = self.hosts[0].to(device)                                    # [4, B]
         self.graph, self.codes = None, None
@@ -113,16 +118,16 @@ class CapturedDecode:
             raise ValueError(f"a batch of {n} does not fit the graph of batch {self.batch_size}")
         i = self.next_host
         self.next_host = 1 - i
-        host, uploaded = self.hosts[i], self.uploaded[i]
-        if uploaded is not None:   # this buffer's previous upload (two steps ago) has long run: no real wait
+        uploaded = self.uploaded[i]
+        if self.upload_recorded[i]:   # this buffer's previous upload (two steps ago) has long run: no real wait
             uploaded.synchronize()
-        staging = host.numpy()
+        staging = self.staging[i]
         staging[:, :n] = rows
         staging[:, n:] = self.padding_row[:, None]
-        self.index_rows.copy_(host, non_blocking=True)
-        if host.is_pinned():   # the DMA reads the pinned buffer later: mark when it has
-            self.uploaded[i] = torch.cuda.Event()
-            self.uploaded[i].record()
+        self.index_rows.copy_(self.hosts[i], non_blocking=True)
+        if uploaded is not None:   # the DMA reads the pinned buffer later: mark when it has
+            uploaded.record()
+            self.upload_recorded[i] = True
         if self.graph is None:
             return self.step(self.index_rows)[:n]
         self.graph.replay()
