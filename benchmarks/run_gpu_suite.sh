@@ -43,7 +43,8 @@
 #   e2e-ab                   same-machine A/B of the stack at default flags: the tree in build/base.tar
 #                            (scripts/ab_base.sh COMMIT writes it; carry "build") against this one,
 #                            alternated AB_ROUNDS (2) times at AB_LEVELS (256), each run at most
-#                            AB_RUN_TIMEOUT_S (150) s; one line per run in ab.txt, the JSONs ab-*.json
+#                            AB_RUN_TIMEOUT_S (240) s (a fresh machine's first stack compiles its
+#                            kernels: 150 s was too short); one line per run in ab.txt, the JSONs ab-*.json
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -198,7 +199,7 @@ talker_ab() {   # the talker step's graph, base tree (build/base.tar) against th
 }
 
 e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both read the one checkpoint)
-  (cd "$3" && QWEN3_TTS_COMMIT=$4 timeout "${AB_RUN_TIMEOUT_S:-150}" python3 benchmarks/bench_e2e.py \
+  (cd "$3" && QWEN3_TTS_COMMIT=$4 timeout "${AB_RUN_TIMEOUT_S:-240}" python3 benchmarks/bench_e2e.py \
     --model "$CKPT" --device cuda --concurrency "${AB_LEVELS:-256}" --out "$OUT/ab-$1$2-$4.json" \
     > "/tmp/ab-$1$2.log" 2>&1)
   echo "== $1 $4 round $2 (exit $?)" >> "$OUT/ab.txt"
