@@ -313,8 +313,9 @@ class TalkerEngine:
         return LaunchedDecode(requests, codes)
 
     def _read_decode(self, launched: LaunchedDecode) -> list[FramesOut]:
-        """Read a decode step back; -> the FramesOut of its usual rows (see below). The rest (a
-        stream that ended meanwhile, EOS, the frame limit) goes through _read_frame to _collect.
+        """Read a decode step back; -> the FramesOut of its usual rows (see below). The other rows (a
+        stream that ended meanwhile, EOS, a first frame, the frame limit, a stream with output
+        waiting already) go through _read_frame and leave from _collect.
 
         A usual row, the next frame of a running stream that neither ends nor has other output this
         step, becomes its FramesOut here, in one pass: every running stream takes this path every
