@@ -54,6 +54,8 @@ def _summary(role: str, stats) -> dict:
         out["max_decode_gap_ms"] = round(stats.max_decode_gap_ms, 3)
         out["host_time"] = _latency(stats.host_time)
         out["host_time_by_phase"] = {phase: _latency(window) for phase, window in stats.host_time_by_phase.items()}
+        out["host_time_by_batch"] = {batch: _latency(window)
+                                     for batch, window in sorted(stats.host_time_by_batch.items())}
         out["prefill_hit_rate"] = round(stats.graphs.prefill_hit_rate, 4)
         out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
@@ -134,6 +136,10 @@ def one_line(found: dict) -> str:
                 if phases:
                     line += " (" + ", ".join(f"{name} {phases[name]['p50_ms']:.2f}" for name in HOST_PHASES
                                              if name in phases) + ")"
+                by_batch = {int(b): w for b, w in (s.get("host_time_by_batch") or {}).items() if int(b)}
+                if by_batch:   # the iterations that launched the largest decode batch bucket seen
+                    top = max(by_batch)
+                    line += f", at batch {top}: host p50 {by_batch[top]['p50_ms']:.2f} ms ({by_batch[top]['count']} steps)"
         parts.append(line)
         voices = s.get("voices")
         if voices and voices["num_batches"]:

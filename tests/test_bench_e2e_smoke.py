@@ -53,6 +53,10 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert all(phase["count"] == talker["host_time"]["count"] for phase in phases.values())
         assert sum(phase["mean_ms"] for phase in phases.values()) == pytest.approx(talker["host_time"]["mean_ms"],
                                                                                     rel=1e-3, abs=0.01)
+        # ... and filed under the batch bucket each iteration launched (0: none), one sample each
+        by_batch = talker["host_time_by_batch"]
+        assert sum(w["count"] for w in by_batch.values()) == talker["host_time"]["count"]
+        assert all(int(b) >= 0 for b in by_batch) and any(int(b) > 0 for b in by_batch)
         assert talker["num_prefill_graph_steps"] + talker["num_prefill_eager_steps"] >= 0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",

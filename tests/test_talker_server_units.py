@@ -329,3 +329,37 @@ def test_the_phase_clock_leaves_out_each_phase_s_device_waits(monkeypatch):
     phases.lap("emit")
     assert phases.laps_ms == pytest.approx({"intake": 2.0, "decode": 1.0, "emit": 0.5})
     assert phases.total_ms == pytest.approx(3.5)
+
+
+def test_host_time_is_filed_in_total_by_phase_and_under_the_launched_batch_bucket():
+    from talker_service.engine.stats import EngineStats
+    stats = EngineStats()
+    stats.add_host_time(1.5, {"intake": 0.5, "decode": 1.0}, 256)
+    stats.add_host_time(0.8, {"intake": 0.3, "decode": 0.5}, 256)
+    stats.add_host_time(0.4, {"intake": 0.4, "decode": 0.0}, 0)   # prompt chunks only, no decode
+    assert stats.host_time.summary()["count"] == 3
+    assert stats.host_phases["decode"].summary()["mean_ms"] == pytest.approx(0.5)
+    assert {b: w.summary()["count"] for b, w in stats.host_by_batch.items()} == {256: 2, 0: 1}
+    assert stats.host_by_batch[256].summary()["max_ms"] == pytest.approx(1.5)
+    stats.reset_windows()
+    assert stats.host_by_batch == {} and stats.host_time.summary()["count"] == 0
+
+
+def test_the_engine_names_the_bucket_of_the_decode_it_launched():
+    from test_talker_engine_support import add, make_engine, text_ids
+    engine = make_engine(max_slots=8, batch_buckets=(2, 4), pad_to_buckets=False)
+    for i in range(3):
+        add(engine, f"r{i}", text_ids(60 + i, 3), 70 + i, max_new_tokens=8)
+    engine.prefill_phase()
+    engine.decode_phase()
+    assert engine.launched_bucket == 4   # 3 rows: bucket 4, though this CPU engine does not pad to it
+    assert engine.runner.bucket_for(3) == 3 and engine.runner.batch_bucket(5) == 8
+    engine.abort("r0")
+    engine.abort("r1")
+    engine.prefill_phase()
+    engine.decode_phase()
+    assert engine.launched_bucket == 2   # one row: the smallest bucket
+    engine.abort("r2")
+    engine.prefill_phase()
+    engine.decode_phase()
+    assert engine.launched_bucket == 0   # nothing ran

@@ -79,6 +79,9 @@ class TalkerEngine:
         self._last_decode_s = 0.0
         self._decode_step = 0   # decode steps launched (the stats' count can be reset, this one is not)
         self._step_start_s = 0.0   # set by prefill_phase: a step's time runs from its admission
+        # the batch bucket of the decode step launched since prefill_phase() began (0: none); the
+        # server files its loop's host time under it (TalkerStats.host_time_by_batch)
+        self.launched_bucket = 0
         # async decode: step N+1 is launched (in prefill_phase) before step N is read (in decode_phase)
         self.async_decode = self.config.is_async_decode(runner.model.device.type)
         self._launched: LaunchedDecode | None = None     # the newest decode step, not read yet
@@ -193,6 +196,7 @@ class TalkerEngine:
         With async_decode this step's decode is launched here too, behind the prompt chunks and
         before their first frames are read: the GPU goes from one to the other without waiting."""
         self._step_start_s = self.clock()
+        self.launched_bucket = 0
         self.admit()
         prefill = self._launch_prefill() if self._prefilling else None
         if self.async_decode:
@@ -310,6 +314,7 @@ class TalkerEngine:
         codes = self.runner.launch_decode(slots, positions, launched, text_ids)
         self.stats.num_decode_steps += 1
         self.stats.batch_size_histogram[len(requests)] += 1
+        self.launched_bucket = self.runner.batch_bucket(len(requests))
         return LaunchedDecode(requests, codes)
 
     def _read_decode(self, launched: LaunchedDecode) -> list[FramesOut]:

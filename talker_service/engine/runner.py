@@ -110,10 +110,13 @@ class ModelRunner:
         """Index-row values of a padding row: scratch slot, position 0, frame 0, pad text."""
         return [self.scratch_slot, 0, 0, self.vocab.tts_pad_id]
 
-    def bucket_for(self, batch_size: int) -> int:
-        if not self.is_padding:
-            return batch_size
+    def batch_bucket(self, batch_size: int) -> int:
+        """The decode bucket a step of batch_size rows (1..max_slots) falls in, padded to it or not."""
         return self.buckets[bisect.bisect_left(self.buckets, batch_size)]
+
+    def bucket_for(self, batch_size: int) -> int:
+        """The batch size a step of batch_size rows runs at: its bucket when padding."""
+        return self.batch_bucket(batch_size) if self.is_padding else batch_size
 
     # ---- per request ----------------------------------------------------------------------
     def assign(self, slot: int, sampling: SamplingParams) -> None:

@@ -55,7 +55,19 @@ class EngineStats:
     host_time: LatencyWindow = field(default_factory=LatencyWindow)
     # host_time by loop phase (HOST_PHASES), each less its own device waits
     host_phases: dict = field(default_factory=lambda: {phase: LatencyWindow() for phase in HOST_PHASES})
+    # host_time by the decode batch bucket of the iteration's launched step (0: none launched)
+    host_by_batch: dict = field(default_factory=dict)
     max_decode_gap_ms: float = 0.0
+
+    def add_host_time(self, total_ms: float, laps_ms: dict[str, float], batch_bucket: int) -> None:
+        """One loop iteration's host time: in total, by phase, and under its decode batch bucket."""
+        self.host_time.add(total_ms)
+        for phase, host_ms in laps_ms.items():
+            self.host_phases[phase].add(host_ms)
+        window = self.host_by_batch.get(batch_bucket)
+        if window is None:
+            window = self.host_by_batch[batch_bucket] = LatencyWindow()
+        window.add(total_ms)
 
     def reset_windows(self) -> None:
         self.step_time = LatencyWindow()
@@ -66,3 +78,4 @@ class EngineStats:
         self.max_decode_gap_ms = 0.0
         self.host_time = LatencyWindow()
         self.host_phases = {phase: LatencyWindow() for phase in HOST_PHASES}
+        self.host_by_batch = {}

@@ -161,10 +161,7 @@ class TalkerServer:
         self.beats.mark_progress()
         phases.lap("emit")
         if can_step:   # host time: the iteration less its device waits (debug_step_delay_s counts as host)
-            stats = self.engine.stats
-            stats.host_time.add(phases.total_ms)
-            for phase, host_ms in phases.laps_ms.items():
-                stats.host_phases[phase].add(host_ms)
+            self.engine.stats.add_host_time(phases.total_ms, phases.laps_ms, self.engine.launched_bucket)
 
     def idle_timeout_ms(self) -> int:
         """No wait while a step can run; else until a message, bounded for timers and admin jobs."""

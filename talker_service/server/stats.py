@@ -33,7 +33,9 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         vocoders=vocoders.status(now_s), gateways=gateways.status(now_s), voices=voices.stats_proto(reset),
         host_time=admin_pb2.LatencyStats(**s.host_time.summary()),
         host_time_by_phase={phase: admin_pb2.LatencyStats(**window.summary())
-                            for phase, window in s.host_phases.items()})
+                            for phase, window in s.host_phases.items()},
+        host_time_by_batch={batch: admin_pb2.LatencyStats(**window.summary())
+                            for batch, window in s.host_by_batch.items()})
     if reset:
         s.reset_windows()
     return stats
