@@ -5,6 +5,7 @@ state leak between slots, any padding that advances state, or any lost/duplicate
 streamed audio versus the offline reference.
 """
 import random
+import re
 
 import numpy as np
 import pytest
@@ -178,6 +179,30 @@ def test_context_frames_prime_but_are_not_emitted():
     drain(eng, outs)
     got = np.concatenate([o.pcm for o in outs["a"]])
     assert np.array_equal(got, offline(np.concatenate([ctx, gen]))[30 * SPF:])
+
+
+def test_context_rows_are_refused_out_of_place_or_beyond_their_limits_and_nothing_changes():
+    eng, _ = make_engine(max_context_frames=8)
+    rows = np.random.default_rng(2).integers(0, 2048, (6, 16))
+    eng.open("a")
+    for num_context, code, problem in [(-1, "INVALID_ARGUMENT", "num_context_frames -1 not in [0, 6]"),
+                                       (7, "INVALID_ARGUMENT", "num_context_frames 7 not in [0, 6]")]:
+        with pytest.raises(EngineError, match=re.escape(problem)) as e:
+            eng.add_frames("a", 0, rows, num_context_frames=num_context)
+        assert e.value.code == code
+    eng.add_frames("a", 0, rows, num_context_frames=4)   # 4 context rows, then 2 audio rows
+    with pytest.raises(EngineError, match="context frames must come before audio frames") as e:
+        eng.add_frames("a", 1, rows[:2], num_context_frames=1)
+    assert e.value.code == "FAILED_PRECONDITION"
+    stream = eng.streams["a"]
+    assert (stream.next_seq, stream.num_context_pending, stream.num_pending) == (1, 4, 2)
+    eng.add_frames("a", 1, rows[:3])   # plain audio rows still go on after the refusals
+    assert (stream.next_seq, stream.num_pending) == (2, 5)
+    eng.open("b")
+    eng.add_frames("b", 0, rows, is_context=True)
+    with pytest.raises(EngineError, match="more than 8 context frames") as e:
+        eng.add_frames("b", 1, rows, is_context=True)   # 6 + 6 > 8
+    assert e.value.code == "INVALID_ARGUMENT" and eng.streams["b"].num_context_pending == 6
 
 
 def test_first_chunk_small_then_ramps():

@@ -116,13 +116,14 @@ class VocoderEngine:
         if not is_checked:
             codes = validate_codes(request_id, codes, self.runner.codebook_size)
         num_context = len(codes) if is_context else num_context_frames
-        if not 0 <= num_context <= len(codes):
-            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: num_context_frames {num_context} not in [0, {len(codes)}]")
-        context, codes = codes[:num_context], codes[num_context:]
-        if num_context and (stream.num_pending or stream.num_chunks_emitted):
-            raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: context frames must come before audio frames")
-        if num_context and stream.num_context_pending + num_context > self.config.max_context_frames:
-            raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: more than {self.config.max_context_frames} context frames")
+        if num_context:   # (most entries carry none: then the rows are the audio rows as they are)
+            if not 0 <= num_context <= len(codes):
+                raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: num_context_frames {num_context} not in [0, {len(codes)}]")
+            if stream.num_pending or stream.num_chunks_emitted:
+                raise EngineError("FAILED_PRECONDITION", f"request {request_id!r}: context frames must come before audio frames")
+            if stream.num_context_pending + num_context > self.config.max_context_frames:
+                raise EngineError("INVALID_ARGUMENT", f"request {request_id!r}: more than {self.config.max_context_frames} context frames")
+            context, codes = codes[:num_context], codes[num_context:]
         if stream.num_pending + len(codes) > self.config.max_pending_frames:
             self._fail(stream, "RESOURCE_EXHAUSTED", f"request {request_id!r}: more than {self.config.max_pending_frames} undecoded frames buffered")
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r}: vocoder buffer full")
