@@ -24,8 +24,8 @@ class Emitter:
         self.outbox = outbox
 
     def emit(self, outs: list[FramesOut | ErrorOut]) -> None:
-        # Runs once per step for every running stream (up to 256): the usual entry, a next frame
-        # of an opened stream, takes the short branch; anything else goes through add_frames.
+        # Runs once per step for every running stream (up to 256): a vocoder's batch is built once
+        # and kept while consecutive outputs go to the same vocoder, not looked up (or built) per output.
         batches: dict[int, tuple[VocoderLink, FramesBatch]] = {}   # keyed by id(link): links are not hashable
         find_route = self.routes.get
         batch: FramesBatch | None = None
@@ -48,11 +48,7 @@ class Emitter:
                 if entry is None:
                     entry = batches[id(link)] = (link, FramesBatch())
                 batch_link, batch = link, entry[1]
-            handle = route.vocoder_handle
-            if handle and not out.is_final:
-                batch.add(handle, out.seq + route.frames_seq_offset, out.codes, route)
-            else:
-                self.add_frames(batch, link, route, out)
+            self.add_frames(batch, link, route, out)
         for link, batch in batches.values():
             self.send(link, batch)
 
