@@ -96,10 +96,10 @@ class CapturedDecode:
             self.hosts.append(host)
         self.staging = [host.numpy() for host in self.hosts]   # views of the same memory
         # per pinned buffer: an event recorded after each upload from it (None: pageable, the copy
-        # is staged before copy_ returns). Made once: the loop pays for is_pinned() and Event() otherwise
+        # is staged before copy_ returns). Made once: the loop pays for is_pinned() and Event() otherwise.
+        # Before its first record, synchronize() returns at once (torch creates the CUDA event lazily).
         self.uploaded: list[torch.cuda.Event | None] = [
             torch.cuda.Event() if host.is_pinned() else None for host in self.hosts]
-        self.upload_recorded = [False, False]
         self.next_host = 0
         self.index_rows = self.hosts[0].to(device)                                    # [4, B]
         self.graph, self.codes = None, None
@@ -119,7 +119,7 @@ class CapturedDecode:
         i = self.next_host
         self.next_host = 1 - i
         uploaded = self.uploaded[i]
-        if self.upload_recorded[i]:   # this buffer's previous upload (two steps ago) has long run: no real wait
+        if uploaded is not None:   # this buffer's previous upload (two steps ago) has long run: no real wait
             uploaded.synchronize()
         staging = self.staging[i]
         staging[:, :n] = rows
@@ -127,7 +127,6 @@ class CapturedDecode:
         self.index_rows.copy_(self.hosts[i], non_blocking=True)
         if uploaded is not None:   # the DMA reads the pinned buffer later: mark when it has
             uploaded.record()
-            self.upload_recorded[i] = True
         if self.graph is None:
             return self.step(self.index_rows)[:n]
         self.graph.replay()
