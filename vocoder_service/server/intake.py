@@ -64,22 +64,10 @@ class FramesIntake:
                                                              f"by a FRAMES message that holds no entry for it")
         seen: set[int] = set()
         row = 0
-        add_frames = self.engine.add_frames
         for handle, seq, count in zip(handles, seqs, counts):
             rows = arrays.codes[row:row + count]
             is_bad = bad_rows is not None and bool(bad_rows[row:row + count].any())
             row += count
-            # The usual entry (up to 256 a message, every talker step): the next frames of a stream
-            # this link opened earlier, with no open, close or bad code. Anything else goes to _apply.
-            if not is_bad and handle not in seen and handle not in opens and handle not in closes:
-                rid = link.get(handle)
-                if rid is not None:
-                    seen.add(handle)
-                    try:
-                        add_frames(rid, seq, rows, is_checked=True)
-                    except EngineError as exc:
-                        self.reject(identity, rid, exc.code, exc.message)
-                    continue
             open_, close = opens.get(handle), closes.get(handle)
             try:
                 self._apply(identity, link, chunk.talker_id, handle, seq, rows, is_bad, open_, close, seen)
