@@ -54,6 +54,43 @@ _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 
 
 @triton.jit
+def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
+                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+    """The key loop of one (row, kv head) program: q [BLOCK_H, HEAD_DIM] (fp32 when DOT_FP32) against
+    keys [start, end) of one cache row (k_base/v_base point at position 0 of the row's kv head).
+    Returns the unnormalized (acc [BLOCK_H, HEAD_DIM], running max m [BLOCK_H], running sum l
+    [BLOCK_H]) of the fp32 online softmax; also the body of kernels/norm_rope_attend_triton.py."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    # A `for` with runtime bounds, not a `while`: only `for` loops get pipelined K/V loads on the GPU.
+    # (Triton < 3.7's interpreter cannot take tensor bounds under numpy >= 2.4; the tests backport
+    # triton 3.7's fix, see tests/triton_support.py.)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < end
+        k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if DOT_FP32:
+            s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every tile holds >= 1 key
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DOT_FP32:
+            pv = tl.dot(p, _to_f32(v), input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _slot_decode_attn_kernel(
     q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
     qk_scale, num_positions,
@@ -88,32 +125,8 @@ def _slot_decode_attn_kernel(
     k_base = k_ptr + slot * stride_ks + kv_head * stride_kh
     v_base = v_ptr + slot * stride_vs + kv_head * stride_vh
 
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    # A `for` with runtime bounds, not a `while`: only `for` loops get pipelined K/V loads on the GPU.
-    # (Triton < 3.7's interpreter cannot take tensor bounds under numpy >= 2.4; the tests backport
-    # triton 3.7's fix, see tests/triton_support.py.)
-    for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < end
-        k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if DOT_FP32:
-            s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every tile holds >= 1 key
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DOT_FP32:
-            pv = tl.dot(p, _to_f32(v), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    acc, m_i, l_i = attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
+                                BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
 
     if NUM_SPLITS == 1:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
@@ -189,6 +202,25 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def default_config(batch: int, num_kv: int, num_positions: int, head_dim: int, dtype: torch.dtype,
+                   device: torch.device) -> tuple[int, int, Optional[int], int]:
+    """(BLOCK_N, num_warps, num_stages or None for Triton's default, NUM_SPLITS) of a launch, from
+    static sizes only (CUDA-graph safe); a CPU (interpreter) launch does not split."""
+    block_n, num_warps = choose_block(head_dim, dtype)
+    # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked
+    # rows, and 2 warps: one tile has too little work for 4 (H200, batch 256: 8.8 vs 11.0 us a call,
+    # batch 64: 3.6 vs 4.1, batch 1: 2.6 vs 2.5; benchmarks/bench_decode_kernels.py). A 2-deep
+    # pipeline instead of Triton's default 3 holds less shared memory, so more programs share an SM,
+    # and from 512 programs 1 warp each (H100, 16 positions: batch 256 8.7 -> 6.9 us a call, batch 64
+    # 3.6 either way, batch 1 2.8 -> 2.6 us on 2 warps; 2026-11-26-slot-attention-stages-h100.json)
+    num_stages = None
+    if num_positions <= SHORT_CACHE_POSITIONS:
+        num_warps, num_stages = choose_short_cache(batch, num_kv)
+    block_n = min(block_n, max(16, triton.next_power_of_2(num_positions)))
+    num_splits = 1 if device.type != "cuda" else choose_num_splits(batch, num_kv, num_positions, _num_sms(device))
+    return block_n, num_warps, num_stages, num_splits
+
+
 def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
                                  block_n: Optional[int] = None, num_splits: Optional[int] = None,
@@ -217,25 +249,15 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         k_cache = k_cache.contiguous()  # a copy of the whole layer; the real cache is contiguous
     if v_cache.stride(-1) != 1:
         v_cache = v_cache.contiguous()
-    default_block_n, default_warps = choose_block(head_dim, q.dtype)
-    # a short cache (the code predictor's 16 positions) gets one tile of its own size, not 64 masked
-    # rows, and 2 warps: one tile has too little work for 4 (H200, batch 256: 8.8 vs 11.0 us a call,
-    # batch 64: 3.6 vs 4.1, batch 1: 2.6 vs 2.5; benchmarks/bench_decode_kernels.py). A 2-deep
-    # pipeline instead of Triton's default 3 holds less shared memory, so more programs share an SM,
-    # and from 512 programs 1 warp each (H100, 16 positions: batch 256 8.7 -> 6.9 us a call, batch 64
-    # 3.6 either way, batch 1 2.8 -> 2.6 us on 2 warps; 2026-11-26-slot-attention-stages-h100.json)
-    default_stages = None
-    if num_positions <= SHORT_CACHE_POSITIONS:
-        default_warps, default_stages = choose_short_cache(batch, num_kv)
+    default_block_n, default_warps, default_stages, default_splits = default_config(
+        batch, num_kv, num_positions, head_dim, q.dtype, q.device)
     num_warps = default_warps if num_warps is None else num_warps
     num_stages = default_stages if num_stages is None else num_stages
-    default_block_n = min(default_block_n, max(16, triton.next_power_of_2(num_positions)))
     block_n = default_block_n if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
     if num_splits is None:
-        num_splits = 1 if q.device.type != "cuda" else choose_num_splits(batch, num_kv, num_positions,
-                                                                          _num_sms(q.device))
+        num_splits = default_splits
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     if num_stages is not None and num_stages < 1:

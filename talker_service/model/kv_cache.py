@@ -19,7 +19,7 @@ import logging
 import torch
 
 from kernels.slot_attention import slot_decode_attention
-from talker_service.model.layers import KVWriteTarget, grouped_attention
+from talker_service.model.layers import KVReadTarget, KVWriteTarget, grouped_attention
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +106,9 @@ class SlotDecodeView:
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
 
+    def one_token_target(self, layer_idx: int) -> KVReadTarget:
+        return KVReadTarget(self.slots, self.lengths)
+
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """q [bs, heads, 1, D] over keys 0..position of each row's slot, this step's key included,
         read in place (kernels/slot_attention.py): no gather of the context bucket, nothing read past
@@ -154,6 +157,11 @@ class FrameKVCache:
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         start = self.position_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
         return KVWriteTarget(self.k[layer_idx], self.v[layer_idx], self.rows, start)
+
+    def one_token_target(self, layer_idx: int) -> KVReadTarget:
+        """A one-query step (every step after the frame's first) at position offset attends over
+        keys 0..offset of its own row."""
+        return KVReadTarget(self.rows, self.length_table[self.offset].expand(self.rows.shape[0]))
 
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """q [bs, heads, L, D], queries at positions offset..offset+L-1 (their K/V already written),
