@@ -25,6 +25,9 @@
 #                            norm launch before every q/k/v and gate/up GEMM) against the default (norm
 #                            weights folded into those GEMMs, residual adds in o_proj/down_proj; see
 #                            talker_service/model/layers.py), alternated AB_ROUNDS (2) times
+#   fused-attention-ab       the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_FUSED_ATTENTION=0 (q/k-norm +
+#                            RoPE + KV write, then the attention: two launches a layer pass) against the
+#                            default (one launch, kernels/norm_rope_attend.py), alternated AB_ROUNDS (2) times
 #   silu-mul-norm            the SwiGLU launch with the deferred norm's 1/rms against the plain one, and a
 #                            (BLOCK, warps) sweep of it at the decode shapes (benchmarks/bench_silu_mul_norm.py)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
@@ -327,6 +330,15 @@ for w in $which; do
         done
       done
       cat "$OUT/deferred-norm-ab.log" ;;
+    fused-attention-ab)
+      for round in $(seq "${AB_ROUNDS:-2}"); do
+        for on in 0 1; do
+          QWEN3_TTS_FUSED_ATTENTION=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
+            --out "$OUT/talker-profile-fused-attention$on-$round.json" 2>&1 | grep -E "^batch|Error" \
+            | sed "s/^/fused_attention=$on round $round: /" >> "$OUT/fused-attention-ab.log"
+        done
+      done
+      cat "$OUT/fused-attention-ab.log" ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;
