@@ -7,29 +7,27 @@ predictor layers), and the first launch is ~4.5 us of mostly fixed cost (H200 pr
 attention's programs removes the launch and the boundary and keeps only its few loads.
 
 Grid (B, KV), one token per row (L = 1). Program (b, g) owns kv head g of row b, the same split of
-work as the attention kernel, and does that head's share of the prologue itself:
+work as the attention kernel, and first does that head's share of the prologue:
 1. with a deferred input norm, the token's factor s = rsqrt(mean(h^2) + eps) from h[b] (as every
    program of the write kernel computes it);
-2. q-norm + RoPE of the GROUP query heads that read kv head g, kept in registers as the attention's
-   query tile (and stored to q_out[b], which equals qk_norm_rope_write_kv's q_out);
-3. k-norm + RoPE of kv head g, and V (scaled by s when deferred), stored at k_cache/v_cache
-   [rows[b], g, starts[b]] and kept in registers;
-4. the attention loop (slot_attention_triton.attend_keys) over keys 0..lengths[b]-1 of cache row
-   slots[b], where the position just written reads the registers instead of the cache. Nothing the
-   program stores is read back, so no barrier, and the key loop's loads need not wait for the
-   prologue; no other program touches this (row, kv head)'s new key.
-The prologue does the write kernel's arithmetic with the same rounding points (RoPE over whole rows:
-each element with its partner j +- D/2 loaded beside it, the per-head variance from the two halves
-as _norm_rope_heads sums them), so q_out and the caches are bit for bit what qk_norm_rope_write_kv
-writes, and the attention sees the same operands as the separate kernel. The launch has FMA
-contraction off (the prologue needs it off to round each product as eager does), so the attention's
-online softmax rounds its products separately: its output can differ from the separate attention
-kernel's (contracted) by fp32 rounding, which bf16 output rounding nearly always hides.
+2. q-norm + RoPE of the GROUP query heads that read kv head g, stored to q_out[b] (a scratch the
+   caller may keep: it equals qk_norm_rope_write_kv's q_out);
+3. k-norm + RoPE of kv head g into k_cache[rows[b], g, starts[b]], and V (scaled by s when
+   deferred) into v_cache at the same place.
+No other program reads or writes those addresses, so a CTA barrier is the only synchronization
+needed: after it the program reloads its q heads and runs the attention loop (slot_attention_triton
+.attend_keys) over keys 0..lengths[b]-1 of cache row slots[b], the new key included.
 
-No key-range split (flash decoding): with one, the programs of other splits could not see the new
-key. The launcher therefore runs the two kernels it replaces whenever the attention kernel would
-split (few rows over a long cache: the talker at small batches); the code predictor's 16-position
-cache never splits.
+The prologue is the write kernel's code (_norm_rope_heads, _copy_heads, row_inverse_rms) with the
+same rounding, so q_out and the caches are bit for bit what qk_norm_rope_write_kv writes. The launch
+has FMA contraction off (the prologue needs it off to round each product as eager does), so the
+attention's online softmax rounds its products separately: its output can differ from the separate
+attention kernel's (contracted) by fp32 rounding, which bf16 output rounding nearly always hides.
+
+No key-range split (flash decoding): with one, programs of other splits would read the new key
+before it is written. The launcher therefore runs the two kernels it replaces whenever the attention
+kernel would split (few rows over a long cache: the talker at small batches); the code predictor's
+16-position cache never splits.
 
 Capturable in a CUDA graph: no host syncs; allocations are the output and the q scratch.
 """
@@ -45,45 +43,13 @@ from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 from kernels.qk_norm_rope_triton import (
     LAUNCH_OPTIONS, MAX_HEAD_DIM, MIN_HEAD_DIM, NORM_CHUNK, SUPPORTED_DTYPES, _ROUND_MODE,
-    _check, _check_cache_destination, _check_norm_source, _negate, _round, qk_norm_rope_write_kv_triton,
+    _check, _check_cache_destination, _check_norm_source, _copy_heads, _load_rope_halves, _norm_rope_heads,
+    qk_norm_rope_write_kv_triton,
 )
 from kernels.rmsnorm_triton import row_inverse_rms
 from kernels.slot_attention_triton import (
     SUPPORTED_HEAD_DIMS, _LOG2E, attend_keys, default_config, is_interpreting, slot_decode_attention_triton,
 )
-
-
-@triton.jit
-def _norm_rope_rows(x_row, w_ptr, heads, head_ok, x_stride_h, cos_full, sin_full, eps, norm_scale,
-                    HALF: tl.constexpr, ROUND: tl.constexpr, HAS_NORM: tl.constexpr):
-    """Per-head RMSNorm + NeoX RoPE of heads `heads` ([R], those with head_ok) of one token as whole
-    rows [R, 2 * HALF] in fp32 (values of the storage dtype): kernels/qk_norm_rope_triton's
-    _norm_rope_heads element for element (same operands, same rounding points, the variance summed
-    over the two halves as it sums them), without its split into a low and a high tile."""
-    heads64 = heads.to(tl.int64)[:, None]
-    mask = head_ok[:, None]
-    half = tl.arange(0, HALF)[None, :]
-    row = x_row + heads64 * x_stride_h
-    x_lo = tl.load(row + half, mask=mask, other=0.0).to(tl.float32)
-    x_hi = tl.load(row + HALF + half, mask=mask, other=0.0).to(tl.float32)
-    cols = tl.arange(0, 2 * HALF)[None, :]
-    partner = cols ^ HALF   # j + HALF for the low half, j - HALF for the high half (HALF a power of two)
-    x = tl.load(row + cols, mask=mask, other=0.0).to(tl.float32)
-    x_partner = tl.load(row + partner, mask=mask, other=0.0).to(tl.float32)
-    if HAS_NORM:
-        x_lo = _round(x_lo * norm_scale, ROUND)
-        x_hi = _round(x_hi * norm_scale, ROUND)
-        x = _round(x * norm_scale, ROUND)
-        x_partner = _round(x_partner * norm_scale, ROUND)
-    var = (tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1)) / (2 * HALF)
-    rstd = tl.math.rsqrt(var + eps)[:, None]
-    w = tl.load(w_ptr + cols).to(tl.float32)
-    w_partner = tl.load(w_ptr + partner).to(tl.float32)
-    y = _round(w * _round(x * rstd, ROUND), ROUND)
-    y_partner = _round(w_partner * _round(x_partner * rstd, ROUND), ROUND)
-    # rotated = cat(-y[HALF:], y[:HALF]); out = y * cos + rotated * sin
-    rotated = tl.where(cols < HALF, _negate(y_partner), y_partner)
-    return _round(_round(y * cos_full, ROUND) + _round(rotated * sin_full, ROUND), ROUND)
 
 
 @triton.jit
@@ -96,7 +62,7 @@ def _norm_rope_attend_kernel(
     rows_stride, starts_stride, slots_stride, lengths_stride,
     kc_stride_s, kc_stride_h, kc_stride_p, vc_stride_s, vc_stride_h, vc_stride_p,
     ns_stride_b,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, ROUND: tl.constexpr, HAS_NORM: tl.constexpr, NORM_BLOCK: tl.constexpr,
     NORM_CHUNKS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -106,52 +72,48 @@ def _norm_rope_attend_kernel(
     kv_head = tl.program_id(1)
     num_heads = tl.num_programs(1) * GROUP
     HALF: tl.constexpr = HEAD_DIM // 2
-    # the indices first: the key loop's loads depend on them, not on the prologue
-    slot = tl.load(slots_ptr + b * slots_stride).to(tl.int64)
-    length = tl.load(lengths_ptr + b * lengths_stride).to(tl.int32)
-    length = tl.maximum(tl.minimum(length, num_cache_positions), 0)
-    cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
-    cache_pos = tl.load(starts_ptr + b * starts_stride).to(tl.int64)
-    in_cache = (cache_row >= 0) & (cache_row < num_cache_rows) & (cache_pos >= 0) & (cache_pos < num_cache_positions)
-    # the position of the attended row that this program writes (-1: it writes elsewhere or nowhere)
-    new_pos = tl.where(in_cache & (cache_row == slot), cache_pos, -1).to(tl.int32)
 
     if HAS_NORM:
         norm_scale = row_inverse_rms(ns_ptr + b * ns_stride_b, norm_cols, norm_cols_f, norm_eps,
                                      NORM_BLOCK, NORM_CHUNKS)
     else:
         norm_scale = 1.0
-    cols = tl.arange(0, HEAD_DIM)[None, :]
-    cos_full = tl.load(cos_ptr + b * cos_stride_b + cols).to(tl.float32)
-    sin_full = tl.load(sin_ptr + b * sin_stride_b + cols).to(tl.float32)
-    offs_h = tl.arange(0, BLOCK_H)
-    head_ok = offs_h < GROUP
-    heads = kv_head * GROUP + offs_h
-    # this kv head's query heads (rows past GROUP are padding: zeros, never stored)
-    q = _norm_rope_rows(q_ptr + b * q_stride_b, qw_ptr, heads, head_ok, q_stride_h, cos_full, sin_full, eps,
-                        norm_scale, HALF, ROUND, HAS_NORM)
-    q_store = qo_ptr + b * qo_stride_b + heads.to(tl.int64)[:, None] * qo_stride_h + cols
-    tl.store(q_store, q.to(qo_ptr.dtype.element_ty), mask=head_ok[:, None])
-    one = tl.arange(0, 1)
-    k_new = _norm_rope_rows(k_ptr + b * k_stride_b, kw_ptr, kv_head + one, one == 0, k_stride_h, cos_full, sin_full,
-                            eps, norm_scale, HALF, ROUND, HAS_NORM).to(kc_ptr.dtype.element_ty)   # [1, D], exact
-    v_new = tl.load(v_ptr + b * v_stride_b + kv_head * v_stride_h + cols)
-    if HAS_NORM:   # (v.float() * s).to(v.dtype), as the write kernel's _copy_heads
-        v_new = _round(_to_f32(v_new) * norm_scale, ROUND).to(vc_ptr.dtype.element_ty)
-    if in_cache:   # out of range: skipped rather than written outside the cache (as the write kernel does)
-        tl.store(kc_ptr + cache_row * kc_stride_s + kv_head * kc_stride_h + cache_pos * kc_stride_p + cols, k_new)
-        tl.store(vc_ptr + cache_row * vc_stride_s + kv_head * vc_stride_h + cache_pos * vc_stride_p + cols, v_new)
+    cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, 0, cos_stride_b, 0, sin_stride_b, 0,
+                                                       HALF)
+    head0 = kv_head * GROUP
+    # this kv head's query heads head0..head0+GROUP-1 (the mask bound is the group's end)
+    _norm_rope_heads(q_ptr + b * q_stride_b, qw_ptr, qo_ptr + b * qo_stride_b,
+                     cos_lo, cos_hi, sin_lo, sin_hi, head0, head0 + GROUP, q_stride_h, qo_stride_h, eps,
+                     GROUP_PAD, HALF, ROUND, norm_scale, HAS_NORM)
+    cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
+    cache_pos = tl.load(starts_ptr + b * starts_stride).to(tl.int64)
+    in_cache = (cache_row >= 0) & (cache_row < num_cache_rows) & (cache_pos >= 0) & (cache_pos < num_cache_positions)
+    if in_cache:  # out of range: skipped rather than written outside the cache (as the write kernel does)
+        _norm_rope_heads(k_ptr + b * k_stride_b, kw_ptr, kc_ptr + cache_row * kc_stride_s + cache_pos * kc_stride_p,
+                         cos_lo, cos_hi, sin_lo, sin_hi, kv_head, kv_head + 1, k_stride_h, kc_stride_h, eps,
+                         1, HALF, ROUND, norm_scale, HAS_NORM)
+        _copy_heads(v_ptr + b * v_stride_b, vc_ptr + cache_row * vc_stride_s + cache_pos * vc_stride_p,
+                    kv_head, kv_head + 1, v_stride_h, vc_stride_h, 1, HEAD_DIM, norm_scale, HAS_NORM, ROUND)
+    # the new key/value and q heads were stored by this program's threads; make them visible to all
+    # of them (bar.sync orders the CTA's global writes before the loads below)
+    tl.debug_barrier()
 
+    slot = tl.load(slots_ptr + b * slots_stride).to(tl.int64)
+    length = tl.load(lengths_ptr + b * lengths_stride).to(tl.int32)
+    length = tl.maximum(tl.minimum(length, num_cache_positions), 0)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, HEAD_DIM)
+    head_ok = offs_h < GROUP
+    heads = head0 + offs_h
+    q = tl.load(qo_ptr + b * qo_stride_b + heads[:, None] * qo_stride_h + offs_d[None, :],
+                mask=head_ok[:, None], other=0.0)
     if DOT_FP32:
-        q_dot = q   # the interpreter's bf16 (and fp32) path multiplies fp32 tiles; q holds dtype values
-    else:
-        q_dot = q.to(qo_ptr.dtype.element_ty)
-    acc, m_i, l_i = attend_keys(q_dot, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
+        q = _to_f32(q)
+    acc, m_i, l_i = attend_keys(q, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
                                 vc_ptr + slot * vc_stride_s + kv_head * vc_stride_h, kc_stride_p, vc_stride_p,
-                                0, length, qk_scale, new_pos, k_new, v_new, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32,
-                                True)
+                                0, length, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
-    out_offs = (b * num_heads + heads)[:, None] * HEAD_DIM + cols
+    out_offs = (b * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
 
 
@@ -227,7 +189,7 @@ def norm_rope_attend_triton(
         dest_rows.stride(0), dest_positions.stride(0), slots.stride(0), lengths.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         ns_stride,
-        GROUP=group, HEAD_DIM=head_dim,
+        GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, ROUND=_ROUND_MODE[q.dtype],
         HAS_NORM=norm_source is not None, NORM_BLOCK=norm_block, NORM_CHUNKS=norm_chunks, DOT_FP32=dot_fp32,
         num_warps=num_warps, **stage_option, **LAUNCH_OPTIONS, **pdl_launch(q.device),

@@ -55,17 +55,11 @@ _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 
 @triton.jit
 def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
-                new_pos, k_new, v_new,
-                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr,
-                SUBSTITUTE: tl.constexpr):
+                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """The key loop of one (row, kv head) program: q [BLOCK_H, HEAD_DIM] (fp32 when DOT_FP32) against
     keys [start, end) of one cache row (k_base/v_base point at position 0 of the row's kv head).
     Returns the unnormalized (acc [BLOCK_H, HEAD_DIM], running max m [BLOCK_H], running sum l
-    [BLOCK_H]) of the fp32 online softmax; also the body of kernels/norm_rope_attend_triton.py.
-
-    SUBSTITUTE: position new_pos reads k_new / v_new ([1, HEAD_DIM], the cache's dtype) instead of
-    the cache, as if they had been stored there first (the fused kernel's own new key, which it
-    writes but does not read back); new_pos < 0 substitutes nothing."""
+    [BLOCK_H]) of the fp32 online softmax; also the body of kernels/norm_rope_attend_triton.py."""
     offs_d = tl.arange(0, HEAD_DIM)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -78,10 +72,6 @@ def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
         key_ok = offs_n < end
         k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if SUBSTITUTE:
-            is_new = (offs_n == new_pos)[:, None]
-            k = tl.where(is_new, k_new, k)
-            v = tl.where(is_new, v_new, v)
         if DOT_FP32:
             s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
         else:
@@ -135,8 +125,8 @@ def _slot_decode_attn_kernel(
     k_base = k_ptr + slot * stride_ks + kv_head * stride_kh
     v_base = v_ptr + slot * stride_vs + kv_head * stride_vh
 
-    acc, m_i, l_i = attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale, -1, q, q,
-                                BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32, False)
+    acc, m_i, l_i = attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
+                                BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
 
     if NUM_SPLITS == 1:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN

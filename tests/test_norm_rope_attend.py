@@ -247,7 +247,7 @@ def test_kernel_compiles_for_hopper_without_fma(has_norm):
 
     skip_if_interpreting(nrt)
     names = list(inspect.signature(nrt._norm_rope_attend_kernel.fn).parameters)
-    constexprs = {"GROUP": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 64, "ROUND": 1,
+    constexprs = {"GROUP": 2, "GROUP_PAD": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 64, "ROUND": 1,
                   "HAS_NORM": has_norm, "NORM_BLOCK": 2048 if has_norm else 1, "NORM_CHUNKS": 1 if has_norm else 0,
                   "DOT_FP32": False}
     index_ptrs = ("rows_ptr", "starts_ptr", "slots_ptr", "lengths_ptr")
@@ -259,6 +259,7 @@ def test_kernel_compiles_for_hopper_without_fma(has_norm):
     kernel = compile_for_hopper(nrt._norm_rope_attend_kernel, signature, constexprs, divisible, num_warps=4,
                                 **LAUNCH_OPTIONS)
     ptx = kernel.asm["ptx"]
+    assert "bar.sync" in ptx or "barrier.sync" in ptx, "the prologue's writes must be fenced before the key loop"
     assert not re.search(r"\bfma\.rn\.f32", ptx), "FMA contraction changes the prologue's eager rounding"
 
 
