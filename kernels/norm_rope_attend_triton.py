@@ -26,8 +26,9 @@ attention kernel's (contracted) by fp32 rounding, which bf16 output rounding nea
 
 No key-range split (flash decoding): with one, programs of other splits would read the new key
 before it is written. The launcher therefore runs the two kernels it replaces whenever the attention
-kernel would split (few rows over a long cache: the talker at small batches); the code predictor's
-16-position cache never splits.
+kernel would split (few rows over a long cache: the talker at small batches; the code predictor's
+16-position cache never splits), and under PDL, where the boundary it saves is cheap
+(fused_launch_fits).
 
 Capturable in a CUDA graph: no host syncs; allocations are the output and the q scratch.
 """
@@ -40,7 +41,7 @@ import triton
 import triton.language as tl
 
 from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32
-from kernels.pdl import pdl_launch, wait_for_prior_grid
+from kernels.pdl import pdl_launch, use_pdl, wait_for_prior_grid
 from kernels.qk_norm_rope_triton import (
     LAUNCH_OPTIONS, MAX_HEAD_DIM, MIN_HEAD_DIM, NORM_CHUNK, SUPPORTED_DTYPES, _ROUND_MODE,
     _check, _check_cache_destination, _check_norm_source, _copy_heads, _load_rope_halves, _norm_rope_heads,
@@ -119,7 +120,13 @@ def _norm_rope_attend_kernel(
 
 def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int, dtype: torch.dtype,
                       device: torch.device) -> bool:
-    """True when the attention kernel would run unsplit, so the one-launch kernel applies."""
+    """True when the one-launch kernel applies and pays: the attention kernel would run unsplit, and
+    the launches are not PDL launches. Under PDL (the talker's 1-2 row graphs, kernels/pdl.py) a
+    kernel boundary costs little, and the pair's prologue runs on 4x the programs of this kernel's
+    (H200, batch 1: step 3.13 ms with the pair, 3.20 ms with this kernel; batch 64: 5.45-5.55 vs
+    5.17 ms; batch 256: 7.32-7.38 vs 7.15-7.22 ms, 2026-11-27-fused-attention-h200.md)."""
+    if use_pdl(device):
+        return False
     return default_config(batch, num_kv, num_positions, head_dim, dtype, device)[3] == 1
 
 

@@ -232,6 +232,20 @@ def test_bad_arguments_are_refused_before_any_launch(fresh, bad, match):
         _run_dispatch(c)
 
 
+def test_pdl_launches_and_split_attention_keep_the_pair(monkeypatch):
+    """Under PDL (the talker's 1-2 row graphs) and where the attention would split its keys, the
+    launcher runs the two kernels; otherwise the one launch."""
+    from kernels import norm_rope_attend_triton as nrt
+
+    cpu = torch.device("cpu")
+    assert nrt.fused_launch_fits(256, 8, 16, 128, torch.bfloat16, cpu)
+    monkeypatch.setattr(nrt, "use_pdl", lambda device: True)
+    assert not nrt.fused_launch_fits(256, 8, 16, 128, torch.bfloat16, cpu)
+    monkeypatch.setattr(nrt, "use_pdl", lambda device: False)
+    monkeypatch.setattr(nrt, "default_config", lambda *args: (64, 4, None, 4))   # a split launch
+    assert not nrt.fused_launch_fits(2, 8, 4096, 128, torch.bfloat16, cpu)
+
+
 # ---------------------------------------------------------------------------------------------
 # Compile for Hopper (no GPU needed) and the GPU
 
