@@ -60,7 +60,8 @@ def main() -> None:
             q_attn = q[:, 0]
             attn_us = graph_ms(lambda: slot_decode_attention_triton(q_attn, k_cache, v_cache, slots, lens, 0.088)) * 1e3
             fused_us = graph_ms(lambda: norm_rope_attend_triton(q, k, v, qw, qw, cos, sin, 1e-6, k_cache, v_cache,
-                                                                slots, lens - 1, slots, lens, 0.088, norm, 1e-6)) * 1e3
+                                                                slots, lens - 1, slots, lens, 0.088, norm, 1e-6,
+                                                                one_launch=True)) * 1e3
             entry = {"lengths": kind, "order": order, "attention_us": attn_us, "fused_us": fused_us,
                      "mean_length": float(lengths.float().mean())}
             report["cases"].append(entry)

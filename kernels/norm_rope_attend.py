@@ -4,8 +4,10 @@ as one custom op, qwen3tts::norm_rope_attend, backed by one Triton launch
 qk_norm_rope_write_kv (kernels/qk_norm_rope.py) then slot_decode_attention (kernels/slot_attention.py),
 each with its own routing. That pair is also the reference the kernel is tested against.
 
-Used by the decode steps' one-token attention (the talker's slot cache, the code predictor's frame
-cache after its first step): per layer one launch instead of two.
+Used by the code predictor's one-token steps over its 16-position frame cache (every step after the
+frame's first): per layer pass one launch instead of two, 70 a frame step. The talker's layers keep
+the pair: over their long slot cache the one launch measured slower
+(kernels/norm_rope_attend_triton.fused_launch_fits).
 
 Routing, in order:
 1. autograd needs gradients of the result -> the pair, outside the op;

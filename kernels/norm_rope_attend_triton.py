@@ -1,8 +1,8 @@
 """One launch for a decode step's whole attention before o_proj: the q/k-norm + RoPE + KV write of
 kernels/qk_norm_rope_triton.py and the slot decode attention of kernels/slot_attention_triton.py.
 
-Why: at batch 256 the frame step runs that pair 98 times (28 talker layers, 70 one-query code
-predictor layers), and the first launch is ~4.5 us of mostly fixed cost (H200 profile,
+Why: at batch 256 the frame step runs that pair for 70 one-query code predictor layer passes, and
+the first launch is ~4.4 us of mostly fixed cost (H200 profile,
 2026-11-26-talker-profile-ops-dc64e31-h200.txt) plus a kernel boundary. Folding it into the
 attention's programs removes the launch and the boundary and keeps only its few loads.
 
@@ -24,11 +24,10 @@ has FMA contraction off (the prologue needs it off to round each product as eage
 attention's online softmax rounds its products separately: its output can differ from the separate
 attention kernel's (contracted) by fp32 rounding, which bf16 output rounding nearly always hides.
 
-No key-range split (flash decoding): with one, programs of other splits would read the new key
-before it is written. The launcher therefore runs the two kernels it replaces whenever the attention
-kernel would split (few rows over a long cache: the talker at small batches; the code predictor's
-16-position cache never splits), and under PDL, where the boundary it saves is cheap
-(fused_launch_fits).
+Where it runs (fused_launch_fits): over a short cache, the code predictor's 16 positions, which the
+attention never splits (with a key-range split, programs of other splits would read the new key
+before it is written), and not under PDL. Elsewhere -- the talker's slot cache, PDL launches -- the
+launcher runs the two kernels it replaces: measured, the one launch lost there.
 
 Capturable in a CUDA graph: no host syncs; allocations are the output and the q scratch.
 """
@@ -49,7 +48,8 @@ from kernels.qk_norm_rope_triton import (
 )
 from kernels.rmsnorm_triton import row_inverse_rms
 from kernels.slot_attention_triton import (
-    SUPPORTED_HEAD_DIMS, _LOG2E, attend_keys, default_config, is_interpreting, slot_decode_attention_triton,
+    SHORT_CACHE_POSITIONS, SUPPORTED_HEAD_DIMS, _LOG2E, attend_keys, default_config, is_interpreting,
+    slot_decode_attention_triton,
 )
 
 
@@ -120,12 +120,18 @@ def _norm_rope_attend_kernel(
 
 def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int, dtype: torch.dtype,
                       device: torch.device) -> bool:
-    """True when the one-launch kernel applies and pays: the attention kernel would run unsplit, and
-    the launches are not PDL launches. Under PDL (the talker's 1-2 row graphs, kernels/pdl.py) a
-    kernel boundary costs little, and the pair's prologue runs on 4x the programs of this kernel's
-    (H200, batch 1: step 3.13 ms with the pair, 3.20 ms with this kernel; batch 64: 5.45-5.55 vs
-    5.17 ms; batch 256: 7.32-7.38 vs 7.15-7.22 ms, 2026-11-27-fused-attention-h200.md)."""
-    if use_pdl(device):
+    """True where the one launch pays: a short cache (the code predictor's 16-position frame cache),
+    which never splits, and no PDL launch.
+
+    - A long cache (the talker's slot cache) keeps the pair: at batch 256 its programs run in ~5
+      waves of 3 per SM, and each wave pays the prologue's latency before its first K/V load, so the
+      one launch took 56.5 us against 43.1 us for the attention alone and ~4.7 us for the write
+      kernel (H200, 256 positions; benchmarks/probe_attention_order.py). The predictor's 2048 one-warp
+      programs fit in about one wave, so the prologue's latency is paid about once.
+    - Under PDL (the talker's 1-2 row graphs, kernels/pdl.py) a kernel boundary costs little and the
+      pair's prologue runs on 4x the programs (H200, batch 1: 3.13 ms a step with the pair, 3.20 ms
+      with one launch). 2026-11-27-fused-attention-h200.md has the figures."""
+    if use_pdl(device) or num_positions > SHORT_CACHE_POSITIONS:
         return False
     return default_config(batch, num_kv, num_positions, head_dim, dtype, device)[3] == 1
 
@@ -135,6 +141,7 @@ def norm_rope_attend_triton(
     cos: torch.Tensor, sin: torch.Tensor, eps: float, k_cache: torch.Tensor, v_cache: torch.Tensor,
     dest_rows: torch.Tensor, dest_positions: torch.Tensor, slots: torch.Tensor, lengths: torch.Tensor,
     scale: float, norm_source: Optional[torch.Tensor] = None, norm_eps: float = 0.0,
+    one_launch: Optional[bool] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """qk_norm_rope_write_kv_triton then slot_decode_attention_triton for one token per row, in one
     launch where the attention would not split (otherwise those two launches).
@@ -143,6 +150,9 @@ def norm_rope_attend_triton(
     cos/sin [B, 1, D], caches [S, KV, P, D] (one layer, written in place), dest_rows/dest_positions
     [B] where row b's K/V go, slots/lengths [B] which cache row it attends over and how many keys
     (any strides, 0 included). norm_source [B, 1, H_model] or None: the deferred input norm.
+
+    one_launch: None lets fused_launch_fits choose; True runs the one kernel wherever the attention
+    would not split (tests, benchmarks); False runs the pair.
 
     Returns (attention output [B, H, D], q_out [B, H, 1, D]), both contiguous."""
     _check(q, k, q_weight, k_weight, cos, sin)
@@ -163,7 +173,11 @@ def norm_rope_attend_triton(
         if t.shape != (batch,) or t.dtype not in (torch.int64, torch.int32) or t.device != q.device:
             raise ValueError(f"norm_rope_attend_triton: {name} must be int64/int32 [{batch}] on {q.device}, "
                              f"got {t.dtype} {tuple(t.shape)} on {t.device}")
-    if not fused_launch_fits(batch, num_kv, num_positions, head_dim, q.dtype, q.device):
+    if one_launch is None:
+        one_launch = fused_launch_fits(batch, num_kv, num_positions, head_dim, q.dtype, q.device)
+    elif one_launch:   # forced, but never with a key-range split (the new key would not be seen)
+        one_launch = default_config(batch, num_kv, num_positions, head_dim, q.dtype, q.device)[3] == 1
+    if not one_launch:
         q_out = qk_norm_rope_write_kv_triton(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache,
                                              dest_rows, dest_positions, norm_source, norm_eps)
         out = slot_decode_attention_triton(q_out[:, :, 0], k_cache, v_cache, slots, lengths, scale)

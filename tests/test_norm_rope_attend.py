@@ -84,7 +84,8 @@ def _run_fused(fn, c):
     """fn = the launcher (returns (out, q_out)) -> (out, q_out, k_cache, v_cache) on fresh caches."""
     k_cache, v_cache = c["k_cache"].clone(), c["v_cache"].clone()
     out, q_out = fn(c["q"], c["k"], c["v"], c["qw"], c["kw"], c["cos"], c["sin"], EPS, k_cache, v_cache,
-                    c["dest_rows"], c["dest_positions"], c["slots"], c["lengths"], c["scale"], c["norm"], EPS)
+                    c["dest_rows"], c["dest_positions"], c["slots"], c["lengths"], c["scale"], c["norm"], EPS,
+                    one_launch=True)
     return out, q_out, k_cache, v_cache
 
 
@@ -159,6 +160,8 @@ def test_a_destination_outside_the_cache_is_skipped(interpreted):
 
 
 def test_dispatcher_took_the_kernel_and_returns_its_output(interpreted):
+    """Over the short cache the launcher's own choice is the one launch; over the long ones it is the
+    pair, which gives the same bits in the interpreter."""
     outputs, info = interpreted
     assert info["dispatcher_failure"] is None and info["dispatcher_loaded_launcher"]
     for name in _cases():
@@ -167,11 +170,11 @@ def test_dispatcher_took_the_kernel_and_returns_its_output(interpreted):
 
 
 def test_model_stores_route_one_token_steps_through_the_kernel(interpreted):
-    """A 2-layer stack's talker decode step and the code predictor frame's one-token step take the
-    kernel (2 layers each); the frame's two-token first step keeps the write kernel; the results equal
-    the pair's (its two Triton kernels) bit for bit."""
+    """The code predictor frame's one-token step takes the kernel (2 layers); the frame's two-token
+    first step and the talker's decode step over its slot cache keep the write kernel and the
+    attention; the results equal the pair's (its two Triton kernels) bit for bit."""
     outputs, _ = interpreted
-    assert outputs["model_info/fused"] == {"fused_calls": 4, "write_kv_calls": 2}
+    assert outputs["model_info/fused"] == {"fused_calls": 2, "write_kv_calls": 4}
     assert outputs["model_info/pair"] == {"fused_calls": 0, "write_kv_calls": 6}
     for key in [k for k in outputs if k.startswith("model_fused/")]:
         got, want = outputs[key], outputs[key.replace("model_fused/", "model_pair/")]
@@ -233,12 +236,13 @@ def test_bad_arguments_are_refused_before_any_launch(fresh, bad, match):
 
 
 def test_pdl_launches_and_split_attention_keep_the_pair(monkeypatch):
-    """Under PDL (the talker's 1-2 row graphs) and where the attention would split its keys, the
-    launcher runs the two kernels; otherwise the one launch."""
+    """Over a long cache, under PDL (the talker's 1-2 row graphs) and where the attention would split
+    its keys, the launcher runs the two kernels; over the predictor's short cache the one launch."""
     from kernels import norm_rope_attend_triton as nrt
 
     cpu = torch.device("cpu")
     assert nrt.fused_launch_fits(256, 8, 16, 128, torch.bfloat16, cpu)
+    assert not nrt.fused_launch_fits(256, 8, 256, 128, torch.bfloat16, cpu)   # the talker's long cache
     monkeypatch.setattr(nrt, "use_pdl", lambda device: True)
     assert not nrt.fused_launch_fits(256, 8, 16, 128, torch.bfloat16, cpu)
     monkeypatch.setattr(nrt, "use_pdl", lambda device: False)
@@ -287,6 +291,8 @@ def test_real_shapes_on_the_gpu_equal_the_pair(kind, batch):
     from kernels.qk_norm_rope_triton import qk_norm_rope_write_kv_triton
     from kernels.slot_attention_triton import slot_decode_attention_triton
 
+    if kind == "talker" and batch == 1:
+        pytest.skip("a 256-position cache at batch 1 splits its keys: the launcher runs the pair")
     gen = torch.Generator().manual_seed(batch)
     heads, kv, dim = 16, 8, 128
     positions, width = (256, 2048) if kind == "talker" else (16, 1024)
@@ -310,7 +316,8 @@ def test_real_shapes_on_the_gpu_equal_the_pair(kind, batch):
         slots = rows
     args = (q, k, v, qw, kw, cos, sin, EPS)
     kc1, vc1, kc2, vc2 = k_cache.clone(), v_cache.clone(), k_cache.clone(), v_cache.clone()
-    out, q_out = norm_rope_attend_triton(*args, kc1, vc1, rows, pos, slots, lengths, dim ** -0.5, norm, EPS)
+    out, q_out = norm_rope_attend_triton(*args, kc1, vc1, rows, pos, slots, lengths, dim ** -0.5, norm, EPS,
+                                         one_launch=True)
     want_q = qk_norm_rope_write_kv_triton(*args, kc2, vc2, rows, pos, norm, EPS)
     want = slot_decode_attention_triton(want_q[:, :, 0], kc2, vc2, slots, lengths, dim ** -0.5)
     torch.cuda.synchronize()

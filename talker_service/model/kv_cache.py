@@ -106,8 +106,10 @@ class SlotDecodeView:
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
 
-    def one_token_target(self, layer_idx: int) -> KVReadTarget:
-        return KVReadTarget(self.slots, self.lengths)
+    def one_token_target(self, layer_idx: int) -> None:
+        """None: the talker's layers write K/V in one launch and attend in another. The one-launch
+        kernel loses over this long cache (kernels/norm_rope_attend_triton.fused_launch_fits)."""
+        return None
 
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """q [bs, heads, 1, D] over keys 0..position of each row's slot, this step's key included,

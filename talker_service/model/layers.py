@@ -75,7 +75,8 @@ class CacheKVStore(Protocol):
     def one_token_target(self, layer_idx: int) -> "KVReadTarget | None":
         """For a call of one token per row: which cache row each row attends over and how many keys
         (this call's included), so the layer can write and attend in one launch
-        (kernels/norm_rope_attend.py); None where this call has more than one token per row."""
+        (kernels/norm_rope_attend.py); None where this call has more than one token per row, or where
+        the store's cache is better served by two launches (the talker's long slot cache)."""
 
 
 class KVReadTarget(NamedTuple):
