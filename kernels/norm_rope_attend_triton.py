@@ -130,7 +130,7 @@ def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int
       programs fit in about one wave, so the prologue's latency is paid about once.
     - Under PDL (the talker's 1-2 row graphs, kernels/pdl.py) a kernel boundary costs little and the
       pair's prologue runs on 4x the programs (H200, batch 1: 3.13 ms a step with the pair, 3.20 ms
-      with one launch). 2026-11-27-fused-attention-h200.md has the figures."""
+      with one launch). 2026-11-26-fused-attention-h200.md has the figures."""
     if use_pdl(device) or num_positions > SHORT_CACHE_POSITIONS:
         return False
     return default_config(batch, num_kv, num_positions, head_dim, dtype, device)[3] == 1
