@@ -141,7 +141,7 @@ def norm_rope_attend_triton(
     cos: torch.Tensor, sin: torch.Tensor, eps: float, k_cache: torch.Tensor, v_cache: torch.Tensor,
     dest_rows: torch.Tensor, dest_positions: torch.Tensor, slots: torch.Tensor, lengths: torch.Tensor,
     scale: float, norm_source: Optional[torch.Tensor] = None, norm_eps: float = 0.0,
-    one_launch: Optional[bool] = None,
+    one_launch: Optional[bool] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """qk_norm_rope_write_kv_triton then slot_decode_attention_triton for one token per row, in one
     launch where the attention would not split (otherwise those two launches).
@@ -152,7 +152,8 @@ def norm_rope_attend_triton(
     (any strides, 0 included). norm_source [B, 1, H_model] or None: the deferred input norm.
 
     one_launch: None lets fused_launch_fits choose; True runs the one kernel wherever the attention
-    would not split (tests, benchmarks); False runs the pair.
+    would not split (tests, benchmarks); False runs the pair. num_warps / num_stages override the
+    attention kernel's choice for the one launch (benchmarks sweep them).
 
     Returns (attention output [B, H, D], q_out [B, H, 1, D]), both contiguous."""
     _check(q, k, q_weight, k_weight, cos, sin)
@@ -196,7 +197,10 @@ def norm_rope_attend_triton(
         norm_cols, ns_stride = ns.shape[2], ns.stride(0)
         norm_block = min(triton.next_power_of_2(norm_cols), NORM_CHUNK)
         norm_chunks = triton.cdiv(norm_cols, norm_block)
-    block_n, num_warps, num_stages, _ = default_config(batch, num_kv, num_positions, head_dim, q.dtype, q.device)
+    block_n, default_warps, default_stages, _ = default_config(batch, num_kv, num_positions, head_dim, q.dtype,
+                                                               q.device)
+    num_warps = num_warps or default_warps
+    num_stages = num_stages or default_stages
     stage_option = {} if num_stages is None else {"num_stages": num_stages}
     group = num_heads // num_kv
     dot_fp32 = q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and is_interpreting())
