@@ -140,73 +140,6 @@ def _slot_decode_attn_kernel(
 
 
 @triton.jit
-def _slot_decode_attn_heads_kernel(
-    q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, out_ptr,
-    qk_scale, num_positions,
-    stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp, stride_slot, stride_len,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
-):
-    """_slot_decode_attn_kernel (unsplit) with HEADS_PER_PROGRAM kv heads of one row per program, in
-    ONE flattened key loop over (head, tile): the next head's first K/V tiles are loaded while the
-    last tiles of this one are computed, so a program pays its start-up latency once for several
-    heads. Per head the same operations in the same order as the one-head kernel (the state is
-    reset at a head's first tile, its output stored after its last): the same bits."""
-    if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
-        wait_for_prior_grid()
-    row = tl.program_id(0)
-    head_block = tl.program_id(1)
-    num_heads = tl.num_programs(1) * HEADS_PER_PROGRAM * GROUP
-    slot = tl.load(slots_ptr + row * stride_slot).to(tl.int64)
-    length = tl.load(lengths_ptr + row * stride_len).to(tl.int32)
-    length = tl.maximum(tl.minimum(length, num_positions), 0)
-    num_tiles = tl.maximum(tl.cdiv(length, BLOCK_N), 1)   # a row of length 0 still stores its zeros
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, HEAD_DIM)
-    head_ok = offs_h < GROUP
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    for it in range(0, HEADS_PER_PROGRAM * num_tiles):
-        tile = it % num_tiles
-        kv_head = head_block * HEADS_PER_PROGRAM + it // num_tiles
-        heads = kv_head * GROUP + offs_h
-        q = tl.load(q_ptr + row.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=head_ok[:, None], other=0.0)
-        if DOT_FP32:
-            q = _to_f32(q)
-        # a head's first tile restarts the softmax: with the max at -inf, alpha below is 0 and scales
-        # the previous head's sum and accumulator (finite) to exact zeros
-        m_i = tl.where(tile == 0, float("-inf"), m_i)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < length
-        k = tl.load(k_ptr + slot * stride_ks + kv_head * stride_kh + offs_n[:, None] * stride_kp + offs_d[None, :],
-                    mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + slot * stride_vs + kv_head * stride_vh + offs_n[:, None] * stride_vp + offs_d[None, :],
-                    mask=key_ok[:, None], other=0.0)
-        if DOT_FP32:
-            s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
-        # a tile past the row's end (length 0) leaves the state as reset: the max stays -inf
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.where(m_new == float("-inf"), 1.0, tl.exp2(m_i - m_new))
-        p = tl.where(m_new[:, None] == float("-inf"), 0.0, tl.exp2(s - m_new[:, None]))
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DOT_FP32:
-            pv = tl.dot(p, _to_f32(v), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
-        out_offs = (row.to(tl.int64) * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
-        last = (offs_h * 0 + tile) == num_tiles - 1   # [BLOCK_H]: a tensor mask (the interpreter needs one)
-        tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=(head_ok & last)[:, None])
-
-
-@triton.jit
 def _merge_splits_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
                          HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
                          PDL: tl.constexpr):
@@ -291,14 +224,11 @@ def default_config(batch: int, num_kv: int, num_positions: int, head_dim: int, d
 def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  slots: torch.Tensor, lengths: torch.Tensor, scale: float, *,
                                  block_n: Optional[int] = None, num_splits: Optional[int] = None,
-                                 num_warps: Optional[int] = None, num_stages: Optional[int] = None,
-                                 heads_per_program: Optional[int] = None) -> torch.Tensor:
+                                 num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """q [B, H, D], k_cache/v_cache [S, KV, P, D] (same dtype), slots/lengths [B] int (any stride,
     0 included: an expanded scalar) -> contiguous [B, H, D] in q's dtype. `block_n` (power of two
     >= 16), `num_splits` (>= 1), `num_warps` and `num_stages` (the K/V load pipeline depth) override
-    the heuristics (tests, tuning); by default a CPU (interpreter) launch does not split.
-    `heads_per_program` (a divisor of KV; unsplit launches only) > 1 runs
-    _slot_decode_attn_heads_kernel: that many kv heads of a row per program, one flattened loop."""
+    the heuristics (tests, tuning); by default a CPU (interpreter) launch does not split."""
     if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
         raise ValueError(f"slot_decode_attention_triton: need q [B, H, D] and k/v caches [S, KV, P, D], got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
@@ -335,20 +265,6 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
     stage_option = {} if num_stages is None else {"num_stages": num_stages}
     group = num_heads // num_kv
     dot_fp32 = q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and is_interpreting())
-    heads_per_program = heads_per_program or 1
-    if heads_per_program > 1:
-        if num_splits != 1 or num_kv % heads_per_program:
-            raise ValueError(f"heads_per_program={heads_per_program} needs an unsplit launch and a divisor of "
-                             f"KV={num_kv} (num_splits={num_splits})")
-        _slot_decode_attn_heads_kernel[(batch, num_kv // heads_per_program)](
-            q, k_cache, v_cache, slots, lengths, out, float(scale) * _LOG2E, num_positions,
-            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), slots.stride(0), lengths.stride(0),
-            GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
-            HEADS_PER_PROGRAM=heads_per_program, DOT_FP32=dot_fp32, num_warps=num_warps, **stage_option,
-            **pdl_launch(q.device),
-        )
-        return out
     if num_splits > 1:
         part_acc = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((2, batch, num_heads, num_splits), dtype=torch.float32, device=q.device)

@@ -232,23 +232,6 @@ def test_lengths_are_clamped_to_the_slot(interpreted):
         assert torch.equal(out[1], torch.zeros_like(out[1]))
 
 
-@pytest.mark.parametrize("name", list(_all_cases()))
-def test_several_heads_per_program_give_the_same_bits(interpreted, name):
-    """_slot_decode_attn_heads_kernel (2 kv heads, and all of them, per program) against the one-head
-    kernel, unsplit, same tiles: equal bit for bit, row lengths 1 .. P and several tiles included."""
-    _, outputs, _ = interpreted
-    keys = [k for k in outputs if k.startswith("heads") and k.endswith(f"/{name}")]
-    assert keys
-    for key in keys:
-        got, want = outputs[key], outputs[f"unsplit/{name}"]
-        assert torch.equal(got, want), f"{key}: {int((got != want).sum())} of {got.numel()} differ"
-
-
-def test_several_heads_per_program_clamp_lengths(interpreted):
-    _, outputs, _ = interpreted
-    assert torch.equal(outputs["clamp/heads2"], outputs["clamp/one-pass"])
-
-
 @pytest.mark.parametrize("name", [n for n, c in _all_cases().items() if not c["kwargs"]])
 def test_dispatcher_uses_triton_when_forced(interpreted, name):
     _, outputs, info = interpreted
@@ -477,16 +460,7 @@ def _run_child(work_dir: Path) -> None:
         outputs[f"kernel/{name}"] = _call(case, slot_decode_attention_triton, **case["kwargs"])
         if not case["kwargs"]:
             outputs[f"dispatch/{name}"] = _call(case, slot_attention.slot_decode_attention)
-    for name, case in cases.items():   # several kv heads of a row per program, one flattened key loop
-        kwargs = {k: v for k, v in case["kwargs"].items() if k != "num_splits"}
-        num_kv = case["k"].shape[1]
-        outputs[f"unsplit/{name}"] = _call(case, slot_decode_attention_triton, num_splits=1, **kwargs)
-        for hpp in sorted({2, num_kv}):
-            if num_kv % hpp == 0:
-                outputs[f"heads{hpp}/{name}"] = _call(case, slot_decode_attention_triton, num_splits=1,
-                                                      heads_per_program=hpp, **kwargs)
     clamp = dict(cases["fp32-h6kv2d32"], lengths=torch.tensor([45, 0, 1000]))
-    outputs["clamp/heads2"] = _call(clamp, slot_decode_attention_triton, heads_per_program=2)
     outputs["clamp/one-pass"] = _call(clamp, slot_decode_attention_triton)
     outputs["clamp/split2"] = _call(clamp, slot_decode_attention_triton, num_splits=2)
     with torch.no_grad(), OpCounter() as counter:
