@@ -4,8 +4,8 @@ as one custom op, qwen3tts::norm_rope_attend, backed by one Triton launch
 qk_norm_rope_write_kv (kernels/qk_norm_rope.py) then slot_decode_attention (kernels/slot_attention.py),
 each with its own routing. That pair is also the reference the kernel is tested against.
 
-Used by the code predictor's steps over its 16-position frame cache: per layer pass one launch
-instead of two (three and a stack for the frame's two-token first step), 75 a frame step. The talker's layers keep
+Used by the code predictor's one-token steps over its 16-position frame cache (every step after the
+frame's first): per layer pass one launch instead of two, 70 a frame step. The talker's layers keep
 the pair: over their long slot cache the one launch measured slower
 (kernels/norm_rope_attend_triton.fused_launch_fits).
 
@@ -34,7 +34,6 @@ from kernels import slot_attention as _attn
 from kernels.triton_route import TritonRoute
 
 CPU_TRITON_ENV = "QWEN3_TTS_NORM_ATTEND_CPU_TRITON"
-MAX_TOKENS = 2   # kernels.norm_rope_attend_triton's, repeated so routing never imports triton
 ENV = "QWEN3_TTS_FUSED_ATTENTION"  # "0": always the two-op pair
 
 _route = TritonRoute("norm+RoPE+attention", "kernels.norm_rope_attend_triton", "norm_rope_attend_triton",
@@ -45,15 +44,10 @@ reset_triton_failure = _route.reset_failure
 
 def _pair(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions, slots,
           lengths, scale, norm_source=None, norm_eps=0.0) -> torch.Tensor:
-    """The ops this one fuses: the write, then the attention once per token (token l of L sees
-    L - 1 - l keys fewer than the last) -> [B, L, H, D], K/V written into the caches."""
+    """The two ops this one fuses: [B, H, D] attention output, K/V written into the caches."""
     q_out = _qk.qk_norm_rope_write_kv(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows,
                                       dest_positions, norm_source, norm_eps)
-    tokens = q.shape[1]
-    outs = [_attn.slot_decode_attention(q_out[:, :, l], k_cache, v_cache, slots,
-                                        lengths - (tokens - 1 - l) if l < tokens - 1 else lengths, scale)
-            for l in range(tokens)]
-    return outs[0][:, None] if tokens == 1 else torch.stack(outs, dim=1)
+    return _attn.slot_decode_attention(q_out[:, :, 0], k_cache, v_cache, slots, lengths, scale)
 
 
 def _pair_takes_triton(q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, norm_source) -> bool:
@@ -75,7 +69,7 @@ def norm_rope_attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
                         k_cache: torch.Tensor, v_cache: torch.Tensor, dest_rows: torch.Tensor,
                         dest_positions: torch.Tensor, slots: torch.Tensor, lengths: torch.Tensor, scale: float,
                         norm_source: Optional[torch.Tensor] = None, norm_eps: float = 0.0) -> torch.Tensor:
-    """The op body: one launch or the pair; a fresh contiguous [B, L, H, D], K/V in the caches."""
+    """The op body: one launch or the pair; a fresh contiguous [B, H, D], K/V in the caches."""
     args = (q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions, slots,
             lengths, scale, norm_source, norm_eps)
     if not _wants_triton(q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, norm_source):
@@ -87,8 +81,8 @@ def norm_rope_attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
 @norm_rope_attend_op.register_fake
 def _norm_rope_attend_fake(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions,
                            slots, lengths, scale, norm_source=None, norm_eps=0.0):
-    batch, tokens, num_heads, head_dim = q.shape
-    return q.new_empty((batch, tokens, num_heads, head_dim))
+    batch, _, num_heads, head_dim = q.shape
+    return q.new_empty((batch, num_heads, head_dim))
 
 
 def norm_rope_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
@@ -96,20 +90,18 @@ def norm_rope_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight
                      k_cache: torch.Tensor, v_cache: torch.Tensor, dest_rows: torch.Tensor,
                      dest_positions: torch.Tensor, slots: torch.Tensor, lengths: torch.Tensor, scale: float,
                      norm_source: Optional[torch.Tensor] = None, norm_eps: float = 0.0) -> torch.Tensor:
-    """L = 1 or 2 tokens per row: q [B, L, H, D], k/v [B, L, KV, D] (views of one projection are
-    fine), q/k-norm weights [D], cos/sin [B, L, D]; k_cache/v_cache [S, KV, P, D] (one layer;
-    mutated); token l's normalised+rotated K and its V go to [dest_rows[b], :, dest_positions[b] + l],
-    then its query heads attend over keys 0..lengths[b]-1-(L-1-l) of cache row slots[b] (causal: the
-    new keys up to its own included when slots == dest_rows and lengths == dest_positions + L, as in
-    every decode step). norm_source [B, L, H_model] or None: the deferred input norm
-    (kernels/qk_norm_rope.py).
+    """One token per row: q [B, 1, H, D], k/v [B, 1, KV, D] (views of one projection are fine),
+    q/k-norm weights [D], cos/sin [B, 1, D]; k_cache/v_cache [S, KV, P, D] (one layer; mutated);
+    row b's normalised+rotated K and its V go to [dest_rows[b], :, dest_positions[b]], then its
+    query heads attend over keys 0..lengths[b]-1 of cache row slots[b] (that new key included when
+    slots == dest_rows and lengths == dest_positions + 1, as in every decode step). norm_source
+    [B, 1, H_model] or None: the deferred input norm (kernels/qk_norm_rope.py).
 
-    Returns [B, L, H, D] in q's dtype (the layout o_proj reads): token l's
-    slot_decode_attention(qk_norm_rope_write_kv(...)[:, :, l], ...), up to the fp32 rounding of the
-    attention's softmax (kernels/norm_rope_attend_triton.py). No host syncs (capturable)."""
-    if q.dim() != 4 or not 1 <= q.shape[1] <= MAX_TOKENS:
-        raise ValueError(f"norm_rope_attend takes 1 to {MAX_TOKENS} tokens per row: q [B, L, H, D], "
-                         f"got {tuple(q.shape)}")
+    Returns [B, H, D] in q's dtype: slot_decode_attention(qk_norm_rope_write_kv(...)[:, :, 0], ...),
+    up to the fp32 rounding of the attention's softmax (kernels/norm_rope_attend_triton.py). No host
+    syncs (capturable)."""
+    if q.dim() != 4 or q.shape[1] != 1:
+        raise ValueError(f"norm_rope_attend takes one token per row: q [B, 1, H, D], got {tuple(q.shape)}")
     _qk._check_args(q, k, q_weight, k_weight, cos, sin)
     _qk._check_write_kv_args(k, v, k_cache, v_cache, dest_rows, dest_positions)
     _qk._check_norm_source(q, norm_source)

@@ -1,26 +1,22 @@
 """One launch for a decode step's whole attention before o_proj: the q/k-norm + RoPE + KV write of
 kernels/qk_norm_rope_triton.py and the slot decode attention of kernels/slot_attention_triton.py.
 
-Why: at batch 256 the frame step runs that pair for 75 code predictor layer passes (the frame's
-two-token first step also stacked its two outputs), and the write launch is ~4.4 us of mostly fixed
-cost (H200 profile, 2026-11-26-talker-profile-ops-dc64e31-h200.txt) plus a kernel boundary. Folding
-it into the attention's programs removes the launch and the boundary and keeps only its few loads.
+Why: at batch 256 the frame step runs that pair for 70 one-query code predictor layer passes, and
+the first launch is ~4.4 us of mostly fixed cost (H200 profile,
+2026-11-26-talker-profile-ops-dc64e31-h200.txt) plus a kernel boundary. Folding it into the
+attention's programs removes the launch and the boundary and keeps only its few loads.
 
-Grid (B, KV), L = 1 or 2 tokens per row (TOKENS; 2: the frame's first step, positions 0 and 1).
-Program (b, g) owns kv head g of row b, the same split of work as the attention kernel, and first
-does that head's share of the prologue, token by token:
-1. with a deferred input norm, the token's factor s = rsqrt(mean(h^2) + eps) from h[b, l] (as every
+Grid (B, KV), one token per row (L = 1). Program (b, g) owns kv head g of row b, the same split of
+work as the attention kernel, and first does that head's share of the prologue:
+1. with a deferred input norm, the token's factor s = rsqrt(mean(h^2) + eps) from h[b] (as every
    program of the write kernel computes it);
-2. q-norm + RoPE of the GROUP query heads that read kv head g, stored to q_out[b, :, l] (a scratch
-   the caller may keep: it equals qk_norm_rope_write_kv's q_out);
-3. k-norm + RoPE of kv head g into k_cache[rows[b], g, starts[b] + l], and V (scaled by s when
+2. q-norm + RoPE of the GROUP query heads that read kv head g, stored to q_out[b] (a scratch the
+   caller may keep: it equals qk_norm_rope_write_kv's q_out);
+3. k-norm + RoPE of kv head g into k_cache[rows[b], g, starts[b]], and V (scaled by s when
    deferred) into v_cache at the same place.
 No other program reads or writes those addresses, so a CTA barrier is the only synchronization
 needed: after it the program reloads its q heads and runs the attention loop (slot_attention_triton
-.attend_keys) of each token over cache row slots[b], causally: the last token over keys
-0..lengths[b]-1, the new keys included, the one before it over one key fewer. The output is
-[B, L, H, D], the layout o_proj reads (the first step's query 0 sees key 0 alone: its output is
-v0, exactly, as the separate path's stack wrote it).
+.attend_keys) over keys 0..lengths[b]-1 of cache row slots[b], the new key included.
 
 The prologue is the write kernel's code (_norm_rope_heads, _copy_heads, row_inverse_rms) with the
 same rounding, so q_out and the caches are bit for bit what qk_norm_rope_write_kv writes. The launch
@@ -62,14 +58,14 @@ def _norm_rope_attend_kernel(
     q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, kc_ptr, vc_ptr,
     rows_ptr, starts_ptr, slots_ptr, lengths_ptr, ns_ptr, out_ptr,
     num_cache_rows, num_cache_positions, eps, norm_cols, norm_cols_f, norm_eps, qk_scale,
-    q_stride_b, q_stride_l, q_stride_h, k_stride_b, k_stride_l, k_stride_h, v_stride_b, v_stride_l, v_stride_h,
-    cos_stride_b, cos_stride_l, sin_stride_b, sin_stride_l, qo_stride_b, qo_stride_h, qo_stride_l,
+    q_stride_b, q_stride_h, k_stride_b, k_stride_h, v_stride_b, v_stride_h,
+    cos_stride_b, sin_stride_b, qo_stride_b, qo_stride_h,
     rows_stride, starts_stride, slots_stride, lengths_stride,
     kc_stride_s, kc_stride_h, kc_stride_p, vc_stride_s, vc_stride_h, vc_stride_p,
-    ns_stride_b, ns_stride_l,
-    TOKENS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, ROUND: tl.constexpr, HAS_NORM: tl.constexpr,
-    NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
+    ns_stride_b,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROUND: tl.constexpr, HAS_NORM: tl.constexpr, NORM_BLOCK: tl.constexpr,
+    NORM_CHUNKS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
@@ -77,56 +73,49 @@ def _norm_rope_attend_kernel(
     kv_head = tl.program_id(1)
     num_heads = tl.num_programs(1) * GROUP
     HALF: tl.constexpr = HEAD_DIM // 2
-    head0 = kv_head * GROUP
-    cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
-    cache_start = tl.load(starts_ptr + b * starts_stride).to(tl.int64)
 
-    # the prologue of every token l: its query heads to q_out, its K and V to position start + l
-    for l in tl.static_range(TOKENS):
-        if HAS_NORM:
-            norm_scale = row_inverse_rms(ns_ptr + b * ns_stride_b + l * ns_stride_l, norm_cols, norm_cols_f,
-                                         norm_eps, NORM_BLOCK, NORM_CHUNKS)
-        else:
-            norm_scale = 1.0
-        cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, l, cos_stride_b, cos_stride_l,
-                                                           sin_stride_b, sin_stride_l, HALF)
-        # this kv head's query heads head0..head0+GROUP-1 (the mask bound is the group's end)
-        _norm_rope_heads(q_ptr + b * q_stride_b + l * q_stride_l, qw_ptr, qo_ptr + b * qo_stride_b + l * qo_stride_l,
-                         cos_lo, cos_hi, sin_lo, sin_hi, head0, head0 + GROUP, q_stride_h, qo_stride_h, eps,
-                         GROUP_PAD, HALF, ROUND, norm_scale, HAS_NORM)
-        cache_pos = cache_start + l
-        in_cache = ((cache_row >= 0) & (cache_row < num_cache_rows) & (cache_pos >= 0)
-                    & (cache_pos < num_cache_positions))
-        if in_cache:  # out of range: skipped rather than written outside the cache (as the write kernel does)
-            _norm_rope_heads(k_ptr + b * k_stride_b + l * k_stride_l, kw_ptr,
-                             kc_ptr + cache_row * kc_stride_s + cache_pos * kc_stride_p,
-                             cos_lo, cos_hi, sin_lo, sin_hi, kv_head, kv_head + 1, k_stride_h, kc_stride_h, eps,
-                             1, HALF, ROUND, norm_scale, HAS_NORM)
-            _copy_heads(v_ptr + b * v_stride_b + l * v_stride_l,
-                        vc_ptr + cache_row * vc_stride_s + cache_pos * vc_stride_p,
-                        kv_head, kv_head + 1, v_stride_h, vc_stride_h, 1, HEAD_DIM, norm_scale, HAS_NORM, ROUND)
-    # the new keys/values and q heads were stored by this program's threads; make them visible to all
+    if HAS_NORM:
+        norm_scale = row_inverse_rms(ns_ptr + b * ns_stride_b, norm_cols, norm_cols_f, norm_eps,
+                                     NORM_BLOCK, NORM_CHUNKS)
+    else:
+        norm_scale = 1.0
+    cos_lo, cos_hi, sin_lo, sin_hi = _load_rope_halves(cos_ptr, sin_ptr, b, 0, cos_stride_b, 0, sin_stride_b, 0,
+                                                       HALF)
+    head0 = kv_head * GROUP
+    # this kv head's query heads head0..head0+GROUP-1 (the mask bound is the group's end)
+    _norm_rope_heads(q_ptr + b * q_stride_b, qw_ptr, qo_ptr + b * qo_stride_b,
+                     cos_lo, cos_hi, sin_lo, sin_hi, head0, head0 + GROUP, q_stride_h, qo_stride_h, eps,
+                     GROUP_PAD, HALF, ROUND, norm_scale, HAS_NORM)
+    cache_row = tl.load(rows_ptr + b * rows_stride).to(tl.int64)
+    cache_pos = tl.load(starts_ptr + b * starts_stride).to(tl.int64)
+    in_cache = (cache_row >= 0) & (cache_row < num_cache_rows) & (cache_pos >= 0) & (cache_pos < num_cache_positions)
+    if in_cache:  # out of range: skipped rather than written outside the cache (as the write kernel does)
+        _norm_rope_heads(k_ptr + b * k_stride_b, kw_ptr, kc_ptr + cache_row * kc_stride_s + cache_pos * kc_stride_p,
+                         cos_lo, cos_hi, sin_lo, sin_hi, kv_head, kv_head + 1, k_stride_h, kc_stride_h, eps,
+                         1, HALF, ROUND, norm_scale, HAS_NORM)
+        _copy_heads(v_ptr + b * v_stride_b, vc_ptr + cache_row * vc_stride_s + cache_pos * vc_stride_p,
+                    kv_head, kv_head + 1, v_stride_h, vc_stride_h, 1, HEAD_DIM, norm_scale, HAS_NORM, ROUND)
+    # the new key/value and q heads were stored by this program's threads; make them visible to all
     # of them (bar.sync orders the CTA's global writes before the loads below)
     tl.debug_barrier()
 
     slot = tl.load(slots_ptr + b * slots_stride).to(tl.int64)
-    length = tl.load(lengths_ptr + b * lengths_stride).to(tl.int32)   # keys the LAST token sees
+    length = tl.load(lengths_ptr + b * lengths_stride).to(tl.int32)
+    length = tl.maximum(tl.minimum(length, num_cache_positions), 0)
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, HEAD_DIM)
     head_ok = offs_h < GROUP
     heads = head0 + offs_h
-    for l in tl.static_range(TOKENS):   # causal: token l sees one key fewer than token l + 1
-        keys = tl.maximum(tl.minimum(length - (TOKENS - 1 - l), num_cache_positions), 0)
-        q = tl.load(qo_ptr + b * qo_stride_b + l * qo_stride_l + heads[:, None] * qo_stride_h + offs_d[None, :],
-                    mask=head_ok[:, None], other=0.0)
-        if DOT_FP32:
-            q = _to_f32(q)
-        acc, m_i, l_i = attend_keys(q, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
-                                    vc_ptr + slot * vc_stride_s + kv_head * vc_stride_h, kc_stride_p, vc_stride_p,
-                                    0, keys, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # no keys -> zeros, not NaN
-        out_offs = ((b * TOKENS + l) * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]   # [B, L, H, D]
-        tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
+    q = tl.load(qo_ptr + b * qo_stride_b + heads[:, None] * qo_stride_h + offs_d[None, :],
+                mask=head_ok[:, None], other=0.0)
+    if DOT_FP32:
+        q = _to_f32(q)
+    acc, m_i, l_i = attend_keys(q, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
+                                vc_ptr + slot * vc_stride_s + kv_head * vc_stride_h, kc_stride_p, vc_stride_p,
+                                0, length, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
+    out_offs = (b * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
 
 
 def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int, dtype: torch.dtype,
@@ -147,25 +136,6 @@ def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int
     return default_config(batch, num_kv, num_positions, head_dim, dtype, device)[3] == 1
 
 
-MAX_TOKENS = 2   # tokens per row: the decode steps' one, the code predictor frame's first step's two
-
-
-def causal_lengths(lengths: torch.Tensor, tokens: int, token: int) -> torch.Tensor:
-    """Keys token `token` of `tokens` sees, when the last one sees `lengths` (causal, one key each)."""
-    return lengths - (tokens - 1 - token) if token < tokens - 1 else lengths
-
-
-def _pair_triton(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions, slots,
-                 lengths, scale, norm_source, norm_eps) -> tuple[torch.Tensor, torch.Tensor]:
-    """The write kernel, then the attention kernel once per token: ([B, L, H, D], q_out [B, H, L, D])."""
-    q_out = qk_norm_rope_write_kv_triton(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache,
-                                         dest_rows, dest_positions, norm_source, norm_eps)
-    tokens = q.shape[1]
-    outs = [slot_decode_attention_triton(q_out[:, :, l], k_cache, v_cache, slots, causal_lengths(lengths, tokens, l),
-                                         scale) for l in range(tokens)]
-    return (outs[0][:, None] if tokens == 1 else torch.stack(outs, dim=1)), q_out
-
-
 def norm_rope_attend_triton(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
     cos: torch.Tensor, sin: torch.Tensor, eps: float, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -173,28 +143,27 @@ def norm_rope_attend_triton(
     scale: float, norm_source: Optional[torch.Tensor] = None, norm_eps: float = 0.0,
     one_launch: Optional[bool] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """qk_norm_rope_write_kv_triton, then slot_decode_attention_triton for each token, in one launch
-    where fused_launch_fits says it pays (otherwise those launches).
+    """qk_norm_rope_write_kv_triton then slot_decode_attention_triton for one token per row, in one
+    launch where the attention would not split (otherwise those two launches).
 
-    q [B, L, H, D] with L <= MAX_TOKENS, k/v [B, L, KV, D] (last dim contiguous, other strides free),
-    weights [D], cos/sin [B, L, D], caches [S, KV, P, D] (one layer, written in place); token l of row
-    b goes to [dest_rows[b], :, dest_positions[b] + l]; slots/lengths [B]: the cache row row b attends
-    over and how many keys its LAST token sees, token l seeing L - 1 - l fewer (causal; any strides,
-    0 included). norm_source [B, L, H_model] or None: the deferred input norm.
+    q [B, 1, H, D], k/v [B, 1, KV, D] (last dim contiguous, other strides free), weights [D],
+    cos/sin [B, 1, D], caches [S, KV, P, D] (one layer, written in place), dest_rows/dest_positions
+    [B] where row b's K/V go, slots/lengths [B] which cache row it attends over and how many keys
+    (any strides, 0 included). norm_source [B, 1, H_model] or None: the deferred input norm.
 
     one_launch: None lets fused_launch_fits choose; True runs the one kernel wherever the attention
     would not split (tests, benchmarks); False runs the pair. num_warps / num_stages override the
     attention kernel's choice for the one launch (benchmarks sweep them).
 
-    Returns (attention output [B, L, H, D], q_out [B, H, L, D]), both contiguous."""
+    Returns (attention output [B, H, D], q_out [B, H, 1, D]), both contiguous."""
     _check(q, k, q_weight, k_weight, cos, sin)
     _check_cache_destination(k, v, k_cache, v_cache, dest_rows, dest_positions)
     if norm_source is not None:
         _check_norm_source(q, norm_source)
     batch, seq_len, num_heads, head_dim = q.shape
     num_kv, num_positions = k.shape[2], k_cache.shape[2]
-    if not 1 <= seq_len <= MAX_TOKENS:
-        raise ValueError(f"norm_rope_attend_triton takes 1 to {MAX_TOKENS} tokens per row, got L = {seq_len}")
+    if seq_len != 1:
+        raise ValueError(f"norm_rope_attend_triton takes one token per row, got L = {seq_len}")
     if q.dtype not in SUPPORTED_DTYPES or any(t.dtype != q.dtype for t in (k, q_weight, k_weight, cos, sin)):
         raise ValueError(f"norm_rope_attend_triton needs one dtype of {SUPPORTED_DTYPES} for q, k, v, the weights, "
                          f"cos/sin and the caches")
@@ -209,22 +178,23 @@ def norm_rope_attend_triton(
         one_launch = fused_launch_fits(batch, num_kv, num_positions, head_dim, q.dtype, q.device)
     elif one_launch:   # forced, but never with a key-range split (the new key would not be seen)
         one_launch = default_config(batch, num_kv, num_positions, head_dim, q.dtype, q.device)[3] == 1
-    args = (q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, dest_rows, dest_positions, slots,
-            lengths, scale, norm_source, norm_eps)
     if not one_launch:
-        return _pair_triton(*args)
+        q_out = qk_norm_rope_write_kv_triton(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache,
+                                             dest_rows, dest_positions, norm_source, norm_eps)
+        out = slot_decode_attention_triton(q_out[:, :, 0], k_cache, v_cache, slots, lengths, scale)
+        return out, q_out
 
     q, k, v, cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, cos, sin))
     q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()
-    q_out = torch.empty((batch, num_heads, seq_len, head_dim), device=q.device, dtype=q.dtype)
-    out = torch.empty((batch, seq_len, num_heads, head_dim), device=q.device, dtype=q.dtype)
+    q_out = torch.empty((batch, num_heads, 1, head_dim), device=q.device, dtype=q.dtype)
+    out = torch.empty((batch, num_heads, head_dim), device=q.device, dtype=q.dtype)
     if batch == 0:
         return out, q_out
     if norm_source is None:  # ns_ptr is never read: q stands in, the norm arguments are placeholders
-        ns, norm_cols, ns_strides, norm_block, norm_chunks = q, 1, (0, 0), 1, 0
+        ns, norm_cols, ns_stride, norm_block, norm_chunks = q, 1, 0, 1, 0
     else:
         ns = norm_source if norm_source.stride(-1) == 1 else norm_source.contiguous()
-        norm_cols, ns_strides = ns.shape[2], (ns.stride(0), ns.stride(1))
+        norm_cols, ns_stride = ns.shape[2], ns.stride(0)
         norm_block = min(triton.next_power_of_2(norm_cols), NORM_CHUNK)
         norm_chunks = triton.cdiv(norm_cols, norm_block)
     block_n, default_warps, default_stages, _ = default_config(batch, num_kv, num_positions, head_dim, q.dtype,
@@ -239,13 +209,12 @@ def norm_rope_attend_triton(
         dest_rows, dest_positions, slots, lengths, ns, out,
         k_cache.shape[0], num_positions, float(eps), norm_cols, float(norm_cols), float(norm_eps),
         float(scale) * _LOG2E,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1), q_out.stride(0), q_out.stride(1), q_out.stride(2),
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
+        cos.stride(0), sin.stride(0), q_out.stride(0), q_out.stride(1),
         dest_rows.stride(0), dest_positions.stride(0), slots.stride(0), lengths.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        *ns_strides,
-        TOKENS=seq_len, GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
+        ns_stride,
+        GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, ROUND=_ROUND_MODE[q.dtype],
         HAS_NORM=norm_source is not None, NORM_BLOCK=norm_block, NORM_CHUNKS=norm_chunks, DOT_FP32=dot_fp32,
         num_warps=num_warps, **stage_option, **LAUNCH_OPTIONS, **pdl_launch(q.device),

@@ -28,45 +28,43 @@ from kernels.slot_attention_reference import slot_decode_attention_reference
 
 EPS = 1e-6
 SENTINEL = 7.0
-# name: (batch, heads, kv heads, head_dim, cache rows, positions, kind, tokens per row)
+# name: (batch, heads, kv heads, head_dim, cache rows, positions, kind)
 SHAPES = {
-    "talker": (5, 4, 2, 32, 7, 150, "slots", 1),       # rows out of order, lengths over up to 3 key tiles
-    "talker_mha": (3, 2, 2, 16, 4, 40, "slots", 1),   # GQA group 1
-    "talker_gqa4": (3, 8, 2, 32, 3, 70, "slots", 1),  # GQA group 4
-    "talker_two": (4, 4, 2, 32, 6, 90, "slots", 2),   # two tokens a row, causal
-    "predictor": (4, 4, 2, 32, 4, 16, "frame", 1),    # the frame cache: rows in order, one offset
-    "predictor_first": (4, 4, 2, 32, 4, 16, "first", 2),   # the frame's first step: positions 0 and 1
+    "talker": (5, 4, 2, 32, 7, 150, "slots"),       # rows out of order, lengths over up to 3 key tiles
+    "talker_mha": (3, 2, 2, 16, 4, 40, "slots"),   # GQA group 1
+    "talker_gqa4": (3, 8, 2, 32, 3, 70, "slots"),  # GQA group 4
+    "predictor": (4, 4, 2, 32, 4, 16, "frame"),    # the frame cache: rows in order, one offset
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def _case(shape_name: str, dtype: torch.dtype, seed: int, with_norm: bool, out_of_range: bool = False):
-    batch, heads, kv, dim, rows_total, positions, kind, tokens = SHAPES[shape_name]
+    batch, heads, kv, dim, rows_total, positions, kind = SHAPES[shape_name]
     gen = torch.Generator().manual_seed(seed)
     width = (heads + 2 * kv) * dim
-    fused = (torch.randn(batch, tokens, width, generator=gen) * 2).to(dtype)   # one projection's output
+    fused = (torch.randn(batch, 1, width, generator=gen) * 2).to(dtype)   # one projection's output
     q, k, v = (t.unflatten(-1, (-1, dim)) for t in fused.split((heads * dim, kv * dim, kv * dim), dim=-1))
     qw = (1.0 + 0.25 * torch.randn(dim, generator=gen)).to(dtype)
     kw = (1.0 + 0.25 * torch.randn(dim, generator=gen)).to(dtype)
     if kind == "slots":
         dest_rows = torch.randperm(rows_total, generator=gen)[:batch]
-        dest_positions = torch.randint(0, positions - tokens + 1, (batch,), generator=gen)
-        slots, lengths = dest_rows, dest_positions + tokens
+        dest_positions = torch.randint(0, positions, (batch,), generator=gen)
+        slots, lengths = dest_rows, dest_positions + 1
     else:
         dest_rows = torch.arange(batch)
-        offset = 9 if kind == "frame" else 0
+        offset = 9
         dest_positions = torch.tensor(offset).expand(batch)
-        slots, lengths = dest_rows, torch.tensor(offset + tokens).expand(batch)
+        slots, lengths = dest_rows, torch.tensor(offset + 1).expand(batch)
     if out_of_range:   # row 0 writes outside the cache: skipped, and it attends over what is there
         dest_rows = dest_rows.clone()
         dest_rows[0] = rows_total
-    angle = torch.randn(batch, tokens, dim // 2, generator=gen)
+    angle = torch.randn(batch, 1, dim // 2, generator=gen)
     cos = torch.cat((angle.cos(), angle.cos()), -1).to(dtype)
     sin = torch.cat((angle.sin(), angle.sin()), -1).to(dtype)
     cache_shape = (rows_total, kv, positions, dim)
     k_cache = torch.randn(cache_shape, generator=gen).to(dtype)   # earlier keys of every row
     v_cache = torch.randn(cache_shape, generator=gen).to(dtype)
-    norm = (torch.randn(batch, tokens, 48, generator=gen) * 3).to(dtype) if with_norm else None
+    norm = (torch.randn(batch, 1, 48, generator=gen) * 3).to(dtype) if with_norm else None
     return dict(q=q, k=k, v=v, qw=qw, kw=kw, cos=cos, sin=sin, k_cache=k_cache, v_cache=v_cache, dest_rows=dest_rows,
                 dest_positions=dest_positions, slots=slots, lengths=lengths, scale=dim ** -0.5, norm=norm)
 
@@ -100,14 +98,11 @@ def _run_dispatch(c):
 
 
 def _run_pair(write_kv, attend, c):
-    """The write kernel (or reference), then the attention once per token, causal ->
-    (out [B, L, H, D], q_out, k_cache, v_cache)."""
+    """The two kernels (or references) one after the other -> (out, q_out, k_cache, v_cache)."""
     k_cache, v_cache = c["k_cache"].clone(), c["v_cache"].clone()
     q_out = write_kv(c["q"], c["k"], c["v"], c["qw"], c["kw"], c["cos"], c["sin"], EPS, k_cache, v_cache,
                      c["dest_rows"], c["dest_positions"], c["norm"], EPS)
-    tokens = c["q"].shape[1]
-    out = torch.stack([attend(q_out[:, :, l], k_cache, v_cache, c["slots"], c["lengths"] - (tokens - 1 - l),
-                              c["scale"]) for l in range(tokens)], dim=1)
+    out = attend(q_out[:, :, 0], k_cache, v_cache, c["slots"], c["lengths"], c["scale"])
     return out, q_out, k_cache, v_cache
 
 
@@ -146,7 +141,7 @@ def test_kernel_matches_the_eager_references(interpreted, name):
     written = torch.zeros(k_cache.shape[:3], dtype=torch.bool)
     for b, (row, pos) in enumerate(zip(c["dest_rows"].tolist(), c["dest_positions"].tolist())):
         if row < k_cache.shape[0]:
-            written[row, :, pos:pos + c["q"].shape[1]] = True
+            written[row, :, pos] = True
     assert torch.equal(k_cache[~written], c["k_cache"][~written]) and torch.equal(v_cache[~written],
                                                                                  c["v_cache"][~written])
 
@@ -175,11 +170,11 @@ def test_dispatcher_took_the_kernel_and_returns_its_output(interpreted):
 
 
 def test_model_stores_route_one_token_steps_through_the_kernel(interpreted):
-    """The code predictor frame's steps take the kernel (2 layers each: the two-token first step and a
-    one-token step); the talker's decode step over its slot cache keeps the write kernel and the
+    """The code predictor frame's one-token step takes the kernel (2 layers); the frame's two-token
+    first step and the talker's decode step over its slot cache keep the write kernel and the
     attention; the results equal the pair's (its two Triton kernels) bit for bit."""
     outputs, _ = interpreted
-    assert outputs["model_info/fused"] == {"fused_calls": 4, "write_kv_calls": 2}
+    assert outputs["model_info/fused"] == {"fused_calls": 2, "write_kv_calls": 4}
     assert outputs["model_info/pair"] == {"fused_calls": 0, "write_kv_calls": 6}
     for key in [k for k in outputs if k.startswith("model_fused/")]:
         got, want = outputs[key], outputs[key.replace("model_fused/", "model_pair/")]
@@ -228,7 +223,7 @@ def test_the_env_switch_and_a_recorded_failure_select_the_pair(fresh, monkeypatc
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda c: {**c, "q": c["q"].expand(-1, 3, -1, -1)}, "1 to 2 tokens per row"),
+    (lambda c: {**c, "q": c["q"].expand(-1, 2, -1, -1)}, "one token per row"),
     (lambda c: {**c, "lengths": c["lengths"][:2]}, "slots and lengths"),
     (lambda c: {**c, "slots": c["slots"].float()}, "int64/int32 slots"),
     (lambda c: {**c, "dest_rows": c["dest_rows"][:1]}, "dest_rows"),
@@ -259,9 +254,8 @@ def test_pdl_launches_and_split_attention_keep_the_pair(monkeypatch):
 # Compile for Hopper (no GPU needed) and the GPU
 
 
-@pytest.mark.parametrize("tokens", [1, 2])
 @pytest.mark.parametrize("has_norm", [False, True], ids=["plain", "deferred_norm"])
-def test_kernel_compiles_for_hopper_without_fma(has_norm, tokens):
+def test_kernel_compiles_for_hopper_without_fma(has_norm):
     """All of the kernel compiles for sm_90 with the write kernel's no-contraction option."""
     import inspect
     import re
@@ -271,7 +265,7 @@ def test_kernel_compiles_for_hopper_without_fma(has_norm, tokens):
 
     skip_if_interpreting(nrt)
     names = list(inspect.signature(nrt._norm_rope_attend_kernel.fn).parameters)
-    constexprs = {"TOKENS": tokens, "GROUP": 2, "GROUP_PAD": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 64, "ROUND": 1,
+    constexprs = {"GROUP": 2, "GROUP_PAD": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 64, "ROUND": 1,
                   "HAS_NORM": has_norm, "NORM_BLOCK": 2048 if has_norm else 1, "NORM_CHUNKS": 1 if has_norm else 0,
                   "DOT_FP32": False}
     index_ptrs = ("rows_ptr", "starts_ptr", "slots_ptr", "lengths_ptr")
@@ -288,27 +282,27 @@ def test_kernel_compiles_for_hopper_without_fma(has_norm, tokens):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("kind", ["talker", "predictor", "predictor_first"])
+@pytest.mark.parametrize("kind", ["talker", "predictor"])
 @pytest.mark.parametrize("batch", [1, 64, 256])
 def test_real_shapes_on_the_gpu_equal_the_pair(kind, batch):
-    """bf16 16/8 heads of 128 with the deferred norm (width 2048 talker, 1024 predictor; the predictor
-    frame's first step has two tokens): q_out and the caches bit for bit what the write kernel
-    writes, the output within one bf16 rounding of the attention kernel's."""
-    from kernels.norm_rope_attend_triton import _pair_triton, norm_rope_attend_triton
+    """bf16 16/8 heads of 128 with the deferred norm (width 2048 talker, 1024 predictor): q_out and the
+    caches bit for bit what the two kernels write, the output within one bf16 rounding of theirs."""
+    from kernels.norm_rope_attend_triton import norm_rope_attend_triton
+    from kernels.qk_norm_rope_triton import qk_norm_rope_write_kv_triton
+    from kernels.slot_attention_triton import slot_decode_attention_triton
 
     if kind == "talker" and batch == 1:
         pytest.skip("a 256-position cache at batch 1 splits its keys: the launcher runs the pair")
     gen = torch.Generator().manual_seed(batch)
     heads, kv, dim = 16, 8, 128
-    tokens = 2 if kind == "predictor_first" else 1
     positions, width = (256, 2048) if kind == "talker" else (16, 1024)
-    fused = (torch.randn(batch, tokens, (heads + 2 * kv) * dim, generator=gen)).bfloat16().cuda()
+    fused = (torch.randn(batch, 1, (heads + 2 * kv) * dim, generator=gen)).bfloat16().cuda()
     q, k, v = (t.unflatten(-1, (-1, dim)) for t in fused.split((heads * dim, kv * dim, kv * dim), dim=-1))
     qw, kw = ((1.0 + 0.25 * torch.randn(dim, generator=gen)).bfloat16().cuda() for _ in range(2))
-    angle = torch.randn(batch, tokens, dim // 2, generator=gen)
+    angle = torch.randn(batch, 1, dim // 2, generator=gen)
     cos = torch.cat((angle.cos(), angle.cos()), -1).bfloat16().cuda()
     sin = torch.cat((angle.sin(), angle.sin()), -1).bfloat16().cuda()
-    norm = (torch.randn(batch, tokens, width, generator=gen) * 3).bfloat16().cuda()
+    norm = (torch.randn(batch, 1, width, generator=gen) * 3).bfloat16().cuda()
     rows_total = batch + 3
     k_cache = torch.randn(rows_total, kv, positions, dim, generator=gen).bfloat16().cuda()
     v_cache = torch.randn(rows_total, kv, positions, dim, generator=gen).bfloat16().cuda()
@@ -317,16 +311,15 @@ def test_real_shapes_on_the_gpu_equal_the_pair(kind, batch):
         pos = torch.randint(0, positions, (batch,), generator=gen).cuda()
         slots, lengths = rows, pos + 1
     else:
-        offset = 9 if kind == "predictor" else 0
         rows = torch.arange(batch, device="cuda")
-        pos = torch.tensor(offset, device="cuda").expand(batch)
-        lengths = torch.tensor(offset + tokens, device="cuda").expand(batch)
+        pos, lengths = torch.tensor(9, device="cuda").expand(batch), torch.tensor(10, device="cuda").expand(batch)
         slots = rows
     args = (q, k, v, qw, kw, cos, sin, EPS)
     kc1, vc1, kc2, vc2 = k_cache.clone(), v_cache.clone(), k_cache.clone(), v_cache.clone()
     out, q_out = norm_rope_attend_triton(*args, kc1, vc1, rows, pos, slots, lengths, dim ** -0.5, norm, EPS,
                                          one_launch=True)
-    want, want_q = _pair_triton(*args, kc2, vc2, rows, pos, slots, lengths, dim ** -0.5, norm, EPS)
+    want_q = qk_norm_rope_write_kv_triton(*args, kc2, vc2, rows, pos, norm, EPS)
+    want = slot_decode_attention_triton(want_q[:, :, 0], kc2, vc2, slots, lengths, dim ** -0.5)
     torch.cuda.synchronize()
     assert torch.equal(q_out, want_q) and torch.equal(kc1, kc2) and torch.equal(vc1, vc2)
     torch.testing.assert_close(out.float(), want.float(), atol=1e-2, rtol=1e-2)

@@ -18,7 +18,6 @@ import logging
 
 import torch
 
-from kernels.norm_rope_attend import MAX_TOKENS as MAX_FUSED_TOKENS
 from kernels.slot_attention import slot_decode_attention
 from talker_service.model.layers import KVReadTarget, KVWriteTarget, grouped_attention
 
@@ -107,7 +106,7 @@ class SlotDecodeView:
     def write_target(self, layer_idx: int) -> KVWriteTarget:
         return KVWriteTarget(self.cache.k[layer_idx], self.cache.v[layer_idx], self.slots, self.positions)
 
-    def fused_target(self, layer_idx: int, length: int) -> None:
+    def one_token_target(self, layer_idx: int) -> None:
         """None: the talker's layers write K/V in one launch and attend in another. The one-launch
         kernel loses over this long cache (kernels/norm_rope_attend_triton.fused_launch_fits)."""
         return None
@@ -161,13 +160,10 @@ class FrameKVCache:
         start = self.position_table[self.offset].expand(self.rows.shape[0])  # [bs], stride 0: no launch
         return KVWriteTarget(self.k[layer_idx], self.v[layer_idx], self.rows, start)
 
-    def fused_target(self, layer_idx: int, length: int) -> KVReadTarget | None:
-        """Every step of the frame: its last query (position offset + length - 1) attends over keys
-        0..offset + length - 1 of its own row, the one before it over one key fewer (the first step's
-        query 0 sees key 0 alone). None for more than the kernel's two tokens."""
-        if length > MAX_FUSED_TOKENS:
-            return None
-        return KVReadTarget(self.rows, self.length_table[self.offset + length - 1].expand(self.rows.shape[0]))
+    def one_token_target(self, layer_idx: int) -> KVReadTarget:
+        """A one-query step (every step after the frame's first) at position offset attends over
+        keys 0..offset of its own row."""
+        return KVReadTarget(self.rows, self.length_table[self.offset].expand(self.rows.shape[0]))
 
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """q [bs, heads, L, D], queries at positions offset..offset+L-1 (their K/V already written),

@@ -72,18 +72,17 @@ class CacheKVStore(Protocol):
     def attend(self, layer_idx: int, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """q [B, H, L, D] over the cache, its K/V of this call already written -> [B, H, L, D]."""
 
-    def fused_target(self, layer_idx: int, length: int) -> "KVReadTarget | None":
-        """For a call of `length` tokens per row: which cache row each row attends over and how many
-        keys its last token sees (this call's included), so the layer can write and attend in one
-        launch (kernels/norm_rope_attend.py); None where the store keeps two launches (the talker's
-        long slot cache) or the kernel takes no such length."""
+    def one_token_target(self, layer_idx: int) -> "KVReadTarget | None":
+        """For a call of one token per row: which cache row each row attends over and how many keys
+        (this call's included), so the layer can write and attend in one launch
+        (kernels/norm_rope_attend.py); None where this call has more than one token per row, or where
+        the store's cache is better served by two launches (the talker's long slot cache)."""
 
 
 class KVReadTarget(NamedTuple):
-    """What a decode call attends over: keys 0..lengths[b]-1 of cache row slots[b] for its last token
-    (causal: each earlier token sees one key fewer)."""
+    """What a one-token decode call attends over: keys 0..lengths[b]-1 of cache row slots[b]."""
     slots: torch.Tensor    # [B] int64 (any stride)
-    lengths: torch.Tensor  # [B] int64 (any stride): the new keys included
+    lengths: torch.Tensor  # [B] int64 (any stride): the new key included
 
 
 class RMSNorm(nn.Module):
@@ -203,9 +202,9 @@ class Attention(nn.Module):
             # a cache store: the same launch writes K and V into the cache, and the store attends
             # over its cache (the decode steps: no copy launches, no K/V gather)
             deferred = {} if norm_eps is None else {"norm_source": x, "norm_eps": norm_eps}
-            read_target = kv.fused_target(self.layer_idx, length)
+            read_target = kv.one_token_target(self.layer_idx) if length == 1 else None
             if read_target is not None:
-                # the write and the attention are one launch
+                # one token per row: the write and the attention are one launch
                 out = norm_rope_attend(q, k, v, *norm_args, *write_target(self.layer_idx),
                                        *read_target, self.head_dim ** -0.5, **deferred)
                 return out.view(batch, length, self.num_heads * self.head_dim)
