@@ -195,6 +195,19 @@ talker_ab_run() {   # side round dir commit: that tree's profile_talker at PROFI
     | grep -E "^batch|Error" | sed "s/^/$1 $4 round $2: /" >> "$OUT/talker-ab.log")
 }
 
+env_ab() {   # VAR NAME: the talker step's graph (profile_talker.py at PROFILE_BATCHES) with VAR=0 and VAR=1,
+             # alternated AB_ROUNDS (2) times: NAME-ab.log and talker-profile-NAME{0,1}-ROUND.json
+  local var=$1 name=$2 round on
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for on in 0 1; do
+      env "$var=$on" python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
+        --out "$OUT/talker-profile-$name$on-$round.json" 2>&1 | grep -E "^batch|Error" \
+        | sed "s/^/${name//-/_}=$on round $round: /" >> "$OUT/$name-ab.log"
+    done
+  done
+  cat "$OUT/$name-ab.log"
+}
+
 talker_ab() {   # the talker step's graph, base tree (build/base.tar) against this one, alternated
   unpack_base /tmp/talker-ab-base "$OUT/talker-ab.log" || return 1
   ab_rounds talker_ab_run /tmp/talker-ab-base
@@ -311,34 +324,11 @@ for w in $which; do
     talker-ab) talker_ab ;;
     pdl-ab)
       python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
-      for round in 1 2; do
-        for on in 0 1; do
-          QWEN3_TTS_PDL=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
-            --out "$OUT/talker-profile-pdl$on-$round.json" 2>&1 | grep -E "^batch|Error" | sed "s/^/pdl=$on /" \
-            >> "$OUT/pdl-ab.log"
-        done
-      done
-      cat "$OUT/pdl-ab.log" ;;
+      env_ab QWEN3_TTS_PDL pdl ;;
     silu-mul-norm)
       python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
-    deferred-norm-ab)
-      for round in $(seq "${AB_ROUNDS:-2}"); do
-        for on in 0 1; do
-          QWEN3_TTS_DEFERRED_NORM=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
-            --out "$OUT/talker-profile-deferred-norm$on-$round.json" 2>&1 | grep -E "^batch|Error" \
-            | sed "s/^/deferred_norm=$on round $round: /" >> "$OUT/deferred-norm-ab.log"
-        done
-      done
-      cat "$OUT/deferred-norm-ab.log" ;;
-    fused-attention-ab)
-      for round in $(seq "${AB_ROUNDS:-2}"); do
-        for on in 0 1; do
-          QWEN3_TTS_FUSED_ATTENTION=$on python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" \
-            --out "$OUT/talker-profile-fused-attention$on-$round.json" 2>&1 | grep -E "^batch|Error" \
-            | sed "s/^/fused_attention=$on round $round: /" >> "$OUT/fused-attention-ab.log"
-        done
-      done
-      cat "$OUT/fused-attention-ab.log" ;;
+    deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;
+    fused-attention-ab) env_ab QWEN3_TTS_FUSED_ATTENTION fused-attention ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;

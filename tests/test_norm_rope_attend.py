@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from triton_support import (child_main, compile_for_hopper, fresh_route, run_interpreter_child, save_child_results,
-                            skip_if_interpreting)
+from triton_support import (child_main, compile_for_hopper, counting, fresh_route, run_interpreter_child,
+                            save_child_results, skip_if_interpreting)
 import kernels.norm_rope_attend as nra
 from kernels.qk_norm_rope_reference import qk_norm_rope_write_kv_reference
 from kernels.slot_attention_reference import slot_decode_attention_reference
@@ -356,15 +356,8 @@ def _run_child(work_dir: Path) -> None:
         outputs[f"dispatch/{name}"] = _run_dispatch(c)
 
     calls = {"fused_calls": 0, "write_kv_calls": 0}
-
-    def counted(launcher, key):
-        def launch(*args):
-            calls[key] += 1
-            return launcher(*args)
-        return launch
-
-    nra._route.launcher = counted(nrt.norm_rope_attend_triton, "fused_calls")
-    qkr._write_kv_route.launcher = counted(qk_norm_rope_write_kv_triton, "write_kv_calls")
+    nra._route.launcher = counting(nrt.norm_rope_attend_triton, calls, "fused_calls")
+    qkr._write_kv_route.launcher = counting(qk_norm_rope_write_kv_triton, calls, "write_kv_calls")
     for label, env in (("fused", "1"), ("pair", "0")):
         os.environ[nra.ENV] = env
         calls.update(fused_calls=0, write_kv_calls=0)

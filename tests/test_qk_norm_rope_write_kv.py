@@ -18,8 +18,8 @@ import pytest
 import torch
 
 # triton_support first: it puts the repo root on sys.path for the kernels imports below
-from triton_support import (child_main, compile_for_hopper, fresh_route, run_interpreter_child, save_child_results,
-                            skip_if_interpreting)
+from triton_support import (child_main, compile_for_hopper, counting, fresh_route, run_interpreter_child,
+                            save_child_results, skip_if_interpreting)
 import kernels.qk_norm_rope as qkr
 from kernels.qk_norm_rope_reference import apply_norm_scale, qk_norm_rope_write_kv_reference
 from kernels.rmsnorm_reference import inverse_rms
@@ -495,15 +495,8 @@ def _run_model_child(outputs: dict) -> None:
     from kernels import qk_norm_rope_triton as qkt
 
     calls = {"write_kv_calls": 0, "plain_calls": 0}
-
-    def counted(launcher, key):
-        def launch(*args):
-            calls[key] += 1
-            return launcher(*args)
-        return launch
-
-    qkr._write_kv_route.launcher = counted(qkt.qk_norm_rope_write_kv_triton, "write_kv_calls")
-    qkr._route.launcher = counted(qkt.qk_norm_rope_triton, "plain_calls")
+    qkr._write_kv_route.launcher = counting(qkt.qk_norm_rope_write_kv_triton, calls, "write_kv_calls")
+    qkr._route.launcher = counting(qkt.qk_norm_rope_triton, calls, "plain_calls")
     for name, value in _model_decode_run().items():
         outputs[f"model/{name}"] = value
     outputs["model_info"] = calls

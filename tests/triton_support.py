@@ -148,6 +148,14 @@ def assert_dispatch_equals_kernel(info: dict, outputs: dict, names) -> None:
 # In-process routing with stand-in launchers
 
 
+def counting(launcher: Callable, calls: dict, key: str) -> Callable:
+    """`launcher`, adding each of its calls to calls[key] (which launchers a model run took)."""
+    def launch(*args):
+        calls[key] += 1
+        return launcher(*args)
+    return launch
+
+
 def fresh_route(monkeypatch, dispatcher, route_attr: str = "_route"):
     """No recorded failure, no launcher loaded, no CPU env var: undone after the test. Returns monkeypatch.
 
