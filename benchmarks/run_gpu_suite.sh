@@ -28,6 +28,9 @@
 #   fused-attention-ab       the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_FUSED_ATTENTION=0 (q/k-norm +
 #                            RoPE + KV write, then the attention: two launches a layer pass) against the
 #                            default (one launch, kernels/norm_rope_attend.py), alternated AB_ROUNDS (2) times
+#   cublaslt-algos           the decode GEMMs (talker, predictor; M = CUBLASLT_BATCHES, 256,128,64): torch's
+#                            cuBLAS call against every algorithm of cuBLASLt's heuristic list and split-K
+#                            variants (benchmarks/probe_cublaslt_algos.py, kernels/cublaslt.py)
 #   silu-mul-norm            the SwiGLU launch with the deferred norm's 1/rms against the plain one, and a
 #                            (BLOCK, warps) sweep of it at the decode shapes (benchmarks/bench_silu_mul_norm.py)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
@@ -325,6 +328,9 @@ for w in $which; do
     pdl-ab)
       python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
       env_ab QWEN3_TTS_PDL pdl ;;
+    cublaslt-algos)
+      python3 benchmarks/probe_cublaslt_algos.py --batches "${CUBLASLT_BATCHES:-256,128,64}" \
+        --out "$OUT/cublaslt-algos.json" 2>&1 | tee "$OUT/cublaslt-algos.log" ;;
     silu-mul-norm)
       python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
     deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;
