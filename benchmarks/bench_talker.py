@@ -115,8 +115,9 @@ def time_calls(fn, device, warmup: int, iters: int) -> dict:
 
 def capture(fn, warmup: int, use_pdl: bool = False):
     """fn captured as one CUDA graph with the service's capture code -> its replay (use_pdl: pass
-    talker_service.engine.graphs.captures_with_pdl(batch, device) to capture as the service does)."""
-    graph, _ = capture_graph(fn, warmup, use_pdl=use_pdl)
+    talker_service.engine.graphs.captures_with_pdl(batch, device) to capture as the service does; its
+    GEMMs tuned as the service's decode graphs are, kernels/gemm_tuning.py)."""
+    graph, _ = capture_graph(fn, warmup, use_pdl=use_pdl, tune_gemms=True)
     return graph.replay
 
 

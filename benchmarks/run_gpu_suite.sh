@@ -31,6 +31,9 @@
 #   cublaslt-algos           the decode GEMMs (talker, predictor; M = CUBLASLT_BATCHES, 256,128,64): torch's
 #                            cuBLAS call against every algorithm of cuBLASLt's heuristic list and split-K
 #                            variants (benchmarks/probe_cublaslt_algos.py, kernels/cublaslt.py)
+#   gemm-tuning-ab           the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_GEMM_TUNING=0 (torch's cuBLAS
+#                            call for every GEMM) against the default (per-shape cuBLASLt algorithm choice at
+#                            capture, kernels/gemm_tuning.py), alternated AB_ROUNDS (2) times
 #   silu-mul-norm            the SwiGLU launch with the deferred norm's 1/rms against the plain one, and a
 #                            (BLOCK, warps) sweep of it at the decode shapes (benchmarks/bench_silu_mul_norm.py)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
@@ -265,7 +268,7 @@ for w in $which; do
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
         tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_qk_norm_rope_write_kv_routing.py tests/test_silu_mul.py tests/test_silu_mul_routing.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py tests/test_pdl.py tests/test_deferred_norm.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py tests/test_pdl.py tests/test_deferred_norm.py tests/test_gemm_tuning.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
@@ -335,6 +338,7 @@ for w in $which; do
       python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
     deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;
     fused-attention-ab) env_ab QWEN3_TTS_FUSED_ATTENTION fused-attention ;;
+    gemm-tuning-ab) env_ab QWEN3_TTS_GEMM_TUNING gemm-tuning ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;

@@ -58,6 +58,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from kernels import gemm_tuning
 from kernels.silu_mul import silu_mul
 from kernels.triton_route import TritonRoute
 
@@ -113,11 +114,20 @@ def _small_m_linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: Optional[t
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
+def _plain_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """F.linear, or without a bias the tuned cuBLASLt algorithm where one was chosen (kernels/gemm_tuning.py)."""
+    if bias is None:
+        out = gemm_tuning.linear_or_none(x, weight)
+        if out is not None:
+            return out
+    return F.linear(x, weight, bias)
+
+
 def _reference_glu_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                       norm_eps: Optional[float] = None) -> torch.Tensor:
     if norm_eps is None:
-        return silu_mul(F.linear(x, weight, bias))
-    return silu_mul(F.linear(x, weight), norm_source=x, eps=norm_eps)   # no bias: checked by the caller
+        return silu_mul(_plain_linear(x, weight, bias))
+    return silu_mul(_plain_linear(x, weight, None), norm_source=x, eps=norm_eps)   # no bias: checked by the caller
 
 
 @torch.library.custom_op("qwen3tts::small_m_linear_silu_mul", mutates_args=())
@@ -140,6 +150,8 @@ def _reference_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
                     bias: Optional[torch.Tensor]) -> torch.Tensor:
     """residual [M, N] += x [M, K] W^T (+ bias) in place, eagerly (module docstring: the eager path)."""
     if bias is None:   # cuBLAS adds C in its epilogue (beta=1); in place, so no copy launch
+        if gemm_tuning.add_(residual, x, weight):   # the tuned cuBLASLt algorithm, where one was chosen
+            return residual
         return residual.addmm_(x, weight.t())
     return residual.add_(F.linear(x, weight, bias))
 
@@ -175,7 +187,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """F.linear(x, weight, bias) for x [..., K], weight [N, K]: the same result shape and dtype; the
     few-row Triton kernel answers when asked for (module docstring), F.linear otherwise."""
     if not _wants_kernel(x, weight, bias):
-        return F.linear(x, weight, bias)
+        return _plain_linear(x, weight, bias)
     out = small_m_linear_op(x.reshape(-1, x.shape[-1]), weight, bias)
     return out.view(*x.shape[:-1], weight.shape[0])
 

@@ -17,6 +17,7 @@ of replaying, so the padding logic is tested without a GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kernels import pdl
+from kernels import gemm_tuning, pdl
 from kernels.small_m_linear import max_rows_on
 from talker_service.model import FrameDecoder, TalkerModel
 
@@ -44,14 +45,17 @@ def captures_with_pdl(batch_size: int, device: torch.device | str) -> bool:
     return batch_size <= max_rows_on(torch.device(device))
 
 
-def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None, use_pdl: bool = False):
+def capture_graph(fn, num_warmup: int = NUM_WARMUP_RUNS, pool=None, use_pdl: bool = False,
+                  tune_gemms: bool = False):
     """fn() captured as one CUDA graph -> (graph, fn's output tensors). Warm-up runs on a side
     stream first (lazy init, cuBLAS algorithm choice), as capture requires. use_pdl: our Triton
-    kernels in it are PDL launches (kernels/pdl.py; also compiles their PDL variants in warm-up)."""
+    kernels in it are PDL launches (kernels/pdl.py; also compiles their PDL variants in warm-up).
+    tune_gemms: the warm-up's GEMM problems not seen before are timed against cuBLASLt's algorithms
+    and the fastest kept (kernels/gemm_tuning.py), so the graph captures the chosen ones."""
     with pdl.scope(use_pdl):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), (gemm_tuning.allow_tuning() if tune_gemms else contextlib.nullcontext()):
             for _ in range(num_warmup):
                 fn()
         torch.cuda.current_stream().wait_stream(side)
@@ -105,7 +109,7 @@ class CapturedDecode:
         self.graph, self.codes = None, None
         if not emulate:   # warm-up runs touch the scratch slot only: every row is padding
             self.graph, self.codes = capture_graph(lambda: step(self.index_rows), pool=pool,
-                                                   use_pdl=captures_with_pdl(batch_size, device))
+                                                   use_pdl=captures_with_pdl(batch_size, device), tune_gemms=True)
             # one replay on those padding rows now: a graph's first launch also uploads it to the
             # device, which would otherwise land on the first step at this batch size
             self.graph.replay()
