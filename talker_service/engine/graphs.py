@@ -215,9 +215,11 @@ class DecodeGraphTable:
         self.batch_sizes = sorted(self.graphs)
         stats.num_graphs = len(self.graphs)
         stats.capture_s = time.perf_counter() - started_s
-        logger.info("%s %d talker decode graphs (batch %s) in %.1f s, %.1f MiB",
-                    "emulated" if self.emulate else "captured", len(self.graphs), self.batch_sizes,
-                    stats.capture_s, stats.graph_memory_bytes / 2**20)
+        tuned = [c for c in gemm_tuning.choices().values() if c.algo is not None]
+        logger.info("%s %d talker decode graphs (batch %s) in %.1f s, %.1f MiB; GEMM tuning %.1f s so far, "
+                    "%d of %d problems on a cuBLASLt pick", "emulated" if self.emulate else "captured",
+                    len(self.graphs), self.batch_sizes, stats.capture_s, stats.graph_memory_bytes / 2**20,
+                    gemm_tuning.tuning_seconds, len(tuned), len(gemm_tuning.choices()))
 
     def find(self, batch_size: int) -> CapturedDecode | None:
         """The graph for a step of batch_size rows (None: no bucket that large is captured, run eagerly)."""
