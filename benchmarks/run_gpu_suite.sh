@@ -34,6 +34,9 @@
 #   gemm-tuning-ab           the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_GEMM_TUNING=0 (torch's cuBLAS
 #                            call for every GEMM) against the default (per-shape cuBLASLt algorithm choice at
 #                            capture, kernels/gemm_tuning.py), alternated AB_ROUNDS (2) times
+#   qkv-tables-ab            the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_QKV_TABLES=0 (the code
+#                            predictor's layer 0 projects each step's input) against the default (its q/k/v
+#                            looked up in tables built at init, CodePredictor._qkv_tables), AB_ROUNDS (2) times
 #   silu-mul-norm            the SwiGLU launch with the deferred norm's 1/rms against the plain one, and a
 #                            (BLOCK, warps) sweep of it at the decode shapes (benchmarks/bench_silu_mul_norm.py)
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
@@ -339,6 +342,7 @@ for w in $which; do
     deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;
     fused-attention-ab) env_ab QWEN3_TTS_FUSED_ATTENTION fused-attention ;;
     gemm-tuning-ab) env_ab QWEN3_TTS_GEMM_TUNING gemm-tuning ;;
+    qkv-tables-ab) env_ab QWEN3_TTS_QKV_TABLES qkv-tables ;;
     talker-profile)
       python3 benchmarks/profile_talker.py --batch-sizes "${PROFILE_BATCHES:-1,64,256}" --out "$OUT/talker-profile.json" \
         --by-op "$OUT/talker-profile-ops.txt" > "$OUT/talker-profile.log" 2>&1 || tail -20 "$OUT/talker-profile.log" ;;

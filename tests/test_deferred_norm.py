@@ -147,6 +147,50 @@ def test_a_deferred_norm_needs_a_cache_store():
                                           norm_eps=1e-6)
 
 
+@torch.no_grad()
+def test_a_known_first_layer_projection_replaces_the_gemm(monkeypatch):
+    """run(first_qkv=...) (the code predictor's table rows): layer 0 takes the given q/k/v of x, the
+    folded weight's product, instead of its GEMM; the same function, and no GEMM for layer 0."""
+    plain, folded = make_stacks()
+    assert plain.qkv_weight(0) is None                     # not folded: no such product
+    weight = folded.qkv_weight(0)
+    assert weight is folded.layers[0].self_attn._qkv[0]
+    inputs = torch.randn(3, 6, HIDDEN) * 4.0
+    want, want_cache = run_frame(folded, inputs)
+    # the same steps, layer 0's projection of each one-token step given (wrong values would show)
+    bs, attn = inputs.shape[0], folded.layers[0].self_attn
+    cache = FrameKVCache(LAYERS, bs, attn.num_kv_heads, POSITIONS, attn.head_dim, inputs.dtype, inputs.device)
+    cos_table, sin_table = rope_tables(attn.head_dim, 10000.0, POSITIONS, inputs.dtype, inputs.device)
+    projections = []
+    real_project = type(attn)._project
+    monkeypatch.setattr(type(attn), "_project", lambda self, x: projections.append(self.layer_idx) or real_project(self, x))
+    outs = []
+    for start, length in [(0, 2)] + [(p, 1) for p in range(2, 6)]:
+        cache.offset = start
+        x = inputs[:, start:start + length]
+        qkv = None if length == 2 else torch.nn.functional.linear(x, weight)
+        outs.append(folded.run(x, cos_table[start:start + length].expand(bs, length, -1),
+                               sin_table[start:start + length].expand(bs, length, -1), cache, None, first_qkv=qkv))
+    torch.testing.assert_close(torch.cat(outs, dim=1), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cache.v[:, :, :, :6], want_cache.v[:, :, :, :6], rtol=1e-5, atol=1e-5)
+    # layer 0 projected only in the two-token step; every other layer in every step
+    assert projections.count(0) == 1 and len(projections) == 5 * LAYERS - 4
+    # a wrong projection changes the result: the given one is really used
+    outs_bad = folded.run(inputs[:, 2:3], cos_table[2:3].expand(bs, 1, -1), sin_table[2:3].expand(bs, 1, -1),
+                          FrameKVCache(LAYERS, bs, attn.num_kv_heads, POSITIONS, attn.head_dim, inputs.dtype,
+                                       inputs.device), None, first_qkv=torch.zeros(bs, 1, weight.shape[0]))
+    assert not torch.allclose(outs_bad, want[:, 2:3], atol=1e-3)
+
+
+def test_a_known_first_layer_projection_needs_the_deferred_route():
+    plain, _ = make_stacks()
+    x = torch.randn(1, 2, HIDDEN)
+    cos_table, sin_table = rope_tables(HEAD_DIM, 10000.0, 2, x.dtype, x.device)
+    with pytest.raises(ValueError, match="first_qkv"):
+        plain.run(x, cos_table[None].expand(1, 2, -1), sin_table[None].expand(1, 2, -1), ThisCallStore(), None,
+                  first_qkv=torch.zeros(1, 2, (HEADS + 2 * KV_HEADS) * HEAD_DIM))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @torch.no_grad()
 @pytest.mark.parametrize("batch", [1, 2, 3, 256])   # the few-row kernels (1-2 rows) and cuBLAS

@@ -81,6 +81,32 @@ def test_code_predictor_greedy_matches_official_generate(pair):
     assert torch.equal(codes, ref.sequences)
     assert max_diff(logits, torch.stack(ref.logits, dim=1)) <= TOL
     assert codes.shape == (4, 15) and int(codes.max()) < 2048
+    # steps 2..15 took layer 0's q/k/v from the tables (CodePredictor._qkv_tables), and the GEMM
+    # route gives the same
+    assert ours.code_predictor._qkv_tables is not None and len(ours.code_predictor._qkv_tables) == 14
+
+
+@torch.no_grad()
+def test_code_predictor_qkv_tables_match_the_gemm(pair, monkeypatch):
+    _, ours = pair
+    from talker_service.model.predictor import QKV_TABLES_ENV
+    torch.manual_seed(12)
+    past_hidden = torch.randn(3, 48)
+    c0 = torch.tensor([5, 700, 2046])
+    rows, keys = greedy_rows(3), group_keys(zeros(3), zeros(3), 1, 15)
+    predictor = ours.code_predictor
+    with_tables = ours.predict_residuals(past_hidden, c0, rows, keys, return_logits=True)
+    monkeypatch.setenv(QKV_TABLES_ENV, "0")
+    predictor.init_runtime()
+    try:
+        assert predictor._qkv_tables is None
+        without = ours.predict_residuals(past_hidden, c0, rows, keys, return_logits=True)
+    finally:
+        monkeypatch.delenv(QKV_TABLES_ENV)
+        predictor.init_runtime()
+    assert predictor._qkv_tables is not None
+    assert torch.equal(with_tables[0], without[0])
+    assert max_diff(with_tables[1], without[1]) <= TOL
 
 
 @torch.no_grad()
@@ -97,3 +123,4 @@ def test_identity_projection_when_widths_match(tmp_path):
     inputs = torch.stack((past_hidden, official.talker.model.codec_embedding(c0)), dim=1)
     ref = official.talker.code_predictor.generate(inputs_embeds=inputs, max_new_tokens=15, do_sample=False)
     assert torch.equal(codes, ref)
+    assert ours.code_predictor._qkv_tables is not None   # built from the unprojected tables

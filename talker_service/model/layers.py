@@ -183,14 +183,21 @@ class Attention(nn.Module):
         return linear(out, self.o_proj.weight, self.o_proj.bias)
 
     def attend(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore,
-               mask: torch.Tensor | None, norm_eps: float | None = None) -> torch.Tensor:
+               mask: torch.Tensor | None, norm_eps: float | None = None,
+               qkv: torch.Tensor | None = None) -> torch.Tensor:
         """Everything before o_proj: x [B, L, hidden] -> attention output [B, L, heads * head_dim].
 
         norm_eps (deferred norm, module docstring): x is the un-normalised residual stream, the input
         norm's weight is folded into the q/k/v weight, and the q/k-norm launch scales q, k and v by
-        1/rms(x) with this eps; only over a cache store (the decode steps)."""
+        1/rms(x) with this eps; only over a cache store (the decode steps).
+        qkv [B, L, (heads + 2 kv heads) * head_dim]: x's fused q/k/v projection, already known (the
+        code predictor looks it up in a table, CodePredictor._qkv_tables), so the GEMM is skipped."""
         batch, length, _ = x.shape
-        q, k, v = self._project(x)
+        if qkv is None:
+            q, k, v = self._project(x)
+        else:
+            q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
         q = q.view(batch, length, self.num_heads, self.head_dim)
         k = k.view(batch, length, self.num_kv_heads, self.head_dim)
         v = v.view(batch, length, self.num_kv_heads, self.head_dim)
@@ -299,18 +306,25 @@ class DecoderStack(nn.Module):
         return True
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore,
-            mask: torch.Tensor | None, consume_input: bool = False) -> torch.Tensor:
+            mask: torch.Tensor | None, consume_input: bool = False,
+            first_qkv: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, L, hidden] -> post-final-norm hidden [B, L, hidden].
 
         The same sums as calling each layer in turn, but every residual add is done by the norm that
         follows it (kernels/add_rmsnorm.py: one launch returns the sum and its normalization), or,
         after fold_norms() and over a cache store, by the GEMM before it (module docstring: deferred
         norms). That route keeps the residual stream in place: x itself when consume_input says the
-        caller is done with it (a fresh temporary), a copy otherwise."""
+        caller is done with it (a fresh temporary), a copy otherwise.
+
+        first_qkv: layer 0's fused q/k/v projection of x with the folded weight (`qkv_weight(0)`),
+        already known; only on the deferred route (elsewhere layer 0 projects the normalised x)."""
         if self.deferred_norm and hasattr(kv, "write_target"):
             # the stream is updated in place through [-1, hidden] views: a copy is made contiguous
             h = x if consume_input else x.clone(memory_format=torch.contiguous_format)
-            return self._run_deferred(h, cos, sin, kv, mask)
+            return self._run_deferred(h, cos, sin, kv, mask, first_qkv)
+        if first_qkv is not None:
+            raise ValueError("first_qkv is the folded projection of the deferred-norm route (a cache store "
+                             "after fold_norms); this call takes the norm-first route")
         residual = x
         h = self.layers[0].input_layernorm(x)
         for i, layer in enumerate(self.layers):
@@ -321,13 +335,23 @@ class DecoderStack(nn.Module):
             h, residual = add_rms_norm(layer.mlp(h), residual, after.weight, after.eps)
         return h
 
+    def qkv_weight(self, layer_idx: int) -> torch.Tensor | None:
+        """The fused q/k/v weight [q + 2 kv, hidden] the deferred route multiplies the raw residual
+        stream by (the input norm folded in); None off that route or with a q/k/v bias."""
+        qkv = self.layers[layer_idx].self_attn._qkv
+        if not self.deferred_norm or qkv is None or qkv[1] is not None:
+            return None
+        return qkv[0]
+
     def _run_deferred(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: CacheKVStore,
-                      mask: torch.Tensor | None) -> torch.Tensor:
+                      mask: torch.Tensor | None, first_qkv: torch.Tensor | None = None) -> torch.Tensor:
         """run() with folded norms over a cache store; h [B, L, hidden] is the residual stream, updated
-        in place. Per layer: q/k/v GEMM, q/k-norm + RoPE + KV write (scaled by 1/rms(h)), attention,
-        o_proj added into h, gate/up GEMM, SwiGLU (scaled by 1/rms(h)), down_proj added into h."""
-        for layer in self.layers:
-            attn = layer.self_attn.attend(h, cos, sin, kv, mask, norm_eps=layer.input_layernorm.eps)
+        in place. Per layer: q/k/v GEMM (layer 0: first_qkv where given), q/k-norm + RoPE + KV write
+        (scaled by 1/rms(h)), attention, o_proj added into h, gate/up GEMM, SwiGLU (scaled by
+        1/rms(h)), down_proj added into h."""
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn.attend(h, cos, sin, kv, mask, norm_eps=layer.input_layernorm.eps,
+                                          qkv=first_qkv if i == 0 else None)
             o_proj = layer.self_attn.o_proj
             linear_add_(h, attn, o_proj.weight, o_proj.bias)
             act = layer.mlp.activation(h, norm_eps=layer.post_attention_layernorm.eps)

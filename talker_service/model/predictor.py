@@ -8,6 +8,8 @@ shapes: the whole frame is capturable in a CUDA graph.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -17,6 +19,12 @@ from talker_service.model.layers import DecoderStack, rope_tables
 from kernels.hash_noise import token_hashes
 from kernels.small_m_linear import linear
 from talker_service.model.sampling import RowSampling, choose_tokens_keyed
+
+QKV_TABLES_ENV = "QWEN3_TTS_QKV_TABLES"  # "0": layer 0 projects each step's input (A/B runs); else tables
+
+
+def qkv_tables_wanted() -> bool:
+    return os.environ.get(QKV_TABLES_ENV, "1") != "0"
 
 
 class PredictorStack(DecoderStack):
@@ -47,6 +55,8 @@ class CodePredictor(nn.Module):
         self._lengths: torch.Tensor | None = None     # arange(1, 17): its length table
         # codec_embedding[j] already through small_to_mtp_projection (init_runtime); None: identity
         self._projected_tables: list[torch.Tensor] | None = None
+        # layer 0's folded q/k/v projection of every row of those tables (init_runtime); None: the GEMM
+        self._qkv_tables: list[torch.Tensor] | None = None
 
     def init_runtime(self) -> None:
         """Build derived tables on the module's device/dtype (call after loading weights)."""
@@ -70,12 +80,29 @@ class CodePredictor(nn.Module):
             with torch.no_grad():
                 self._projected_tables = [self._project(table.weight)
                                           for table in self.model.codec_embedding[:cfg.num_residual_groups - 1]]
+        # Steps 2..15 feed layer 0 one table row per batch row, and on the deferred-norm route layer 0
+        # multiplies that raw row by its folded q/k/v weight (the 1/rms factor comes later, in the
+        # attention launch). So the product is a table too: 14 more GEMMs a frame become lookups
+        # (batch 256: a 256x4096x1024 GEMM, ~7 us, against a ~2.5 us gather), for 16 MB per table at
+        # 1.7B (2048 codes x 4096 x bf16). QWEN3_TTS_QKV_TABLES=0 keeps the GEMM (A/B runs).
+        self._qkv_tables = None   # the previous init's tables go before the new ones are made
+        qkv_weight = self.model.qkv_weight(0)
+        if qkv_weight is not None and qkv_tables_wanted():
+            with torch.no_grad():
+                self._qkv_tables = [linear(self._table_rows(j), qkv_weight)
+                                    for j in range(cfg.num_residual_groups - 1)]
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """small_to_mtp_projection through kernels.small_m_linear (a batch-1 step's one-row GEMVs
         there, not cuBLAS's ~12 us bias GEMM); the identity where the widths match (0.6B)."""
         proj = self.small_to_mtp_projection
         return linear(x, proj.weight, proj.bias) if isinstance(proj, nn.Linear) else x
+
+    def _table_rows(self, table: int) -> torch.Tensor:
+        """Every step input table `table` can give, [vocab, Hp]: projected, or as stored (identity)."""
+        if self._projected_tables is None:
+            return self._project(self.model.codec_embedding[table].weight)
+        return self._projected_tables[table]
 
     def _next_input(self, table: int, code: torch.Tensor) -> torch.Tensor:
         """codes [bs] of codebook table+1 -> the next step's input [bs, Hp]: the projected table's rows."""
@@ -100,6 +127,7 @@ class CodePredictor(nn.Module):
                              dtype, past_hidden.device, self._positions, self._lengths)
         x = self._project(torch.stack((past_hidden, c0_embeds), dim=1).to(dtype))  # [bs, 2, Hp]
         codes, all_logits = [], []
+        first_qkv = None   # layer 0's q/k/v of x, looked up (steps 2..15, where the tables exist)
         for group in range(1, cfg.num_code_groups):
             start = 0 if group == 1 else group
             length = x.shape[1]
@@ -108,7 +136,8 @@ class CodePredictor(nn.Module):
             sin = sin_table[start:start + length].expand(bs, length, -1)
             # x is this step's own fresh input (a projection or a table gather): the stack may keep its
             # residual stream in it rather than copy it (DecoderStack.run)
-            hidden = self.model.run(x, cos, sin, cache, None, consume_input=True)[:, -1]  # [bs, Hp]: causal by position
+            hidden = self.model.run(x, cos, sin, cache, None, consume_input=True,
+                                    first_qkv=first_qkv)[:, -1]  # [bs, Hp]: causal by position
             # [bs, vocab] in the model dtype: the sampler widens it itself (on the GPU inside its one
             # launch, where bf16 keys also halve the top-k bisection), so no float copy here
             logits = linear(hidden, self.lm_head[group - 1].weight)
@@ -119,5 +148,7 @@ class CodePredictor(nn.Module):
             if group < cfg.num_residual_groups:
                 # codebook `group` is embedded by table group-1 and fed at position group+1
                 x = self._next_input(group - 1, code)[:, None]
+                if self._qkv_tables is not None:
+                    first_qkv = self._qkv_tables[group - 1][code][:, None]
         codes = torch.stack(codes, dim=1)
         return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes
