@@ -2,7 +2,8 @@
 
     python benchmarks/profile_talker.py --batch-sizes 1,64,256 --out talker-profile.json [--by-op ops.txt]
 
-Per batch size: the graph's replay time (CUDA events, median), the sum of its kernels' own times
+Per batch size: the graph's replay time (CUDA events, median; also with replays queued back to back,
+bench_talker.time_queued, as the engine runs its steps), the sum of its kernels' own times
 and their count per replay (kernel time far below the replay time means launch gaps dominate;
 close to it means the kernels themselves do), and the kernels by name with ms and calls per replay.
 `--by-op` also profiles one eager step at the largest batch with the ATen ops behind the kernels.
@@ -22,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_talker import FrameStep, build_random, capture, time_calls  # noqa: E402
+from benchmarks.bench_talker import FrameStep, build_random, capture, time_calls, time_queued  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.engine.graphs import captures_with_pdl  # noqa: E402
@@ -49,6 +50,7 @@ def profile_graph(decoder, batch: int, context_len: int, prompt_len: int, warmup
     step = FrameStep(decoder, batch, context_len, prompt_len)
     replay = capture(step, warmup, use_pdl=captures_with_pdl(batch, "cuda"))
     timing = time_calls(replay, "cuda", warmup, iters)
+    queued = time_queued(replay, warmup, iters)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(NUM_PROFILED_REPLAYS):
@@ -56,7 +58,8 @@ def profile_graph(decoder, batch: int, context_len: int, prompt_len: int, warmup
         torch.cuda.synchronize()
     kernels = kernel_table(prof, NUM_PROFILED_REPLAYS)
     kernel_ms = sum(k["ms_per_call"] for k in kernels)
-    return {"batch": batch, "replay_ms_median": timing["median_ms"], "kernel_ms_per_replay": kernel_ms,
+    return {"batch": batch, "replay_ms_median": timing["median_ms"], "queued_replay_ms_median": queued["median_ms"],
+            "kernel_ms_per_replay": kernel_ms,
             "kernels_per_replay": sum(k["launches_per_call"] for k in kernels),
             "gap_ms_per_replay": timing["median_ms"] - kernel_ms, "top_kernels": kernels[:TOP_KERNELS]}
 
@@ -74,7 +77,8 @@ def eager_ops(decoder, batch: int, context_len: int, prompt_len: int) -> str:
 
 
 def print_entry(entry: dict) -> None:
-    print(f"batch {entry['batch']}: replay {entry['replay_ms_median']:.3f} ms, "
+    print(f"batch {entry['batch']}: replay {entry['replay_ms_median']:.3f} ms "
+          f"(queued {entry['queued_replay_ms_median']:.3f} ms), "
           f"kernels {entry['kernel_ms_per_replay']:.3f} ms in {entry['kernels_per_replay']:.0f} launches, "
           f"gaps {entry['gap_ms_per_replay']:.3f} ms")
     for k in entry["top_kernels"]:
