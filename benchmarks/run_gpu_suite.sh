@@ -28,6 +28,8 @@
 #   fused-attention-ab       the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_FUSED_ATTENTION=0 (q/k-norm +
 #                            RoPE + KV write, then the attention: two launches a layer pass) against the
 #                            default (one launch, kernels/norm_rope_attend.py), alternated AB_ROUNDS (2) times
+#   persistent-attention     the talker's slot attention at batch 256, the kernel against persistent variants
+#                            (natural order, longest rows first, an atomic work queue; probe_persistent_attention.py)
 #   cublaslt-algos           the decode GEMMs (talker, predictor; M = CUBLASLT_BATCHES, 256,128,64): torch's
 #                            cuBLAS call against every algorithm of cuBLASLt's heuristic list and split-K
 #                            variants (benchmarks/probe_cublaslt_algos.py, kernels/cublaslt.py)
@@ -334,6 +336,9 @@ for w in $which; do
     pdl-ab)
       python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
       env_ab QWEN3_TTS_PDL pdl ;;
+    persistent-attention)
+      python3 benchmarks/probe_persistent_attention.py --out "$OUT/persistent-attention.json" 2>&1 \
+        | tee "$OUT/persistent-attention.log" ;;
     cublaslt-algos)
       python3 benchmarks/probe_cublaslt_algos.py --batches "${CUBLASLT_BATCHES:-256,128,64}" \
         --out "$OUT/cublaslt-algos.json" 2>&1 | tee "$OUT/cublaslt-algos.log" ;;
