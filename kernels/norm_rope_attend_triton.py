@@ -48,7 +48,7 @@ from kernels.qk_norm_rope_triton import (
 )
 from kernels.rmsnorm_triton import row_inverse_rms
 from kernels.slot_attention_triton import (
-    SHORT_CACHE_POSITIONS, SUPPORTED_HEAD_DIMS, _LOG2E, attend_keys, default_config, is_interpreting,
+    SHORT_CACHE_POSITIONS, SUPPORTED_HEAD_DIMS, _LOG2E, attend_keys, default_config, is_interpreting, normalize_rows,
     slot_decode_attention_triton,
 )
 
@@ -113,7 +113,7 @@ def _norm_rope_attend_kernel(
     acc, m_i, l_i = attend_keys(q, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
                                 vc_ptr + slot * vc_stride_s + kv_head * vc_stride_h, kc_stride_p, vc_stride_p,
                                 0, length, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
+    out = normalize_rows(acc, l_i)  # length 0 -> zeros, not NaN
     out_offs = (b * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
 

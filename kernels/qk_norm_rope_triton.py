@@ -60,7 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
+from kernels.bf16_bits import round_bf16_f32, to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 from kernels.qk_norm_rope import MAX_NORM_COLS, _check_norm_source as check_norm_source  # no triton there
 from kernels.rmsnorm_triton import row_inverse_rms
@@ -88,9 +88,7 @@ def _negate(x):
 def _round(x, ROUND: tl.constexpr):
     """Round fp32 values to the storage dtype and return them as fp32 (0: fp32, 1: bf16, 2: fp16)."""
     if ROUND == 1:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000  # round to nearest even
-        return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))  # keep NaN a NaN
+        return round_bf16_f32(x)   # nearest even; the hardware cast on the GPU (kernels/bf16_bits.py)
     elif ROUND == 2:
         return x.to(tl.float16).to(tl.float32)
     else:

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.bf16_bits import to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
+from kernels.bf16_bits import round_bf16_f32, to_f32 as _widen  # a load as exact fp32 (bf16 by bits)
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -35,10 +35,9 @@ _MIN_PROGRAMS = 256  # do not pack rows below this many programs (keep ~2 per SM
 
 @triton.jit
 def _round_to_bf16_f32(v):
-    """fp32 -> the nearest bf16 value (ties to even), still as fp32; NaN passes through."""
-    bits = v.to(tl.int32, bitcast=True)
-    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
-    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+    """fp32 -> the nearest bf16 value (ties to even), still as fp32; NaN stays NaN
+    (kernels/bf16_bits.py: the hardware cast on the GPU, the bits under the interpreter)."""
+    return round_bf16_f32(v)
 
 
 @triton.jit

@@ -91,6 +91,16 @@ def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
 
 
 @triton.jit
+def normalize_rows(acc, l_i):
+    """acc [BLOCK_H, HEAD_DIM] / l_i [BLOCK_H] as acc * (1 / l): BLOCK_H reciprocals instead of a
+    correctly rounded division per element (div.rn.f32 is a ~10-instruction sequence, and the padded
+    tile has BLOCK_H x HEAD_DIM elements of which GROUP rows are real: it was the largest part of the
+    predictor's one-launch attention); within an fp32 ulp of the quotient. l = 0 (length 0) gives 0."""
+    inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)
+    return acc * inv_l[:, None]
+
+
+@triton.jit
 def _slot_decode_attn_kernel(
     q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
     qk_scale, num_positions,
@@ -129,7 +139,7 @@ def _slot_decode_attn_kernel(
                                 BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
 
     if NUM_SPLITS == 1:
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # length 0 -> zeros, not NaN
+        out = normalize_rows(acc, l_i)  # length 0 -> zeros, not NaN
         out_offs = (row.to(tl.int64) * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
     else:
