@@ -65,7 +65,7 @@ def _norm_rope_attend_kernel(
     ns_stride_b,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, ROUND: tl.constexpr, HAS_NORM: tl.constexpr, NORM_BLOCK: tl.constexpr,
-    NORM_CHUNKS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
+    NORM_CHUNKS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr, SINGLE_TILE: tl.constexpr = False,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
@@ -112,7 +112,7 @@ def _norm_rope_attend_kernel(
         q = _to_f32(q)
     acc, m_i, l_i = attend_keys(q, kc_ptr + slot * kc_stride_s + kv_head * kc_stride_h,
                                 vc_ptr + slot * vc_stride_s + kv_head * vc_stride_h, kc_stride_p, vc_stride_p,
-                                0, length, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
+                                0, length, qk_scale, BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32, SINGLE_TILE)
     out = normalize_rows(acc, l_i)  # length 0 -> zeros, not NaN
     out_offs = (b * num_heads + heads)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(out_ptr + out_offs, _from_f32(out, out_ptr.dtype.element_ty), mask=head_ok[:, None])
@@ -217,6 +217,7 @@ def norm_rope_attend_triton(
         GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, ROUND=_ROUND_MODE[q.dtype],
         HAS_NORM=norm_source is not None, NORM_BLOCK=norm_block, NORM_CHUNKS=norm_chunks, DOT_FP32=dot_fp32,
+        SINGLE_TILE=num_positions <= block_n,   # the key range is [0, length <= num_positions)
         num_warps=num_warps, **stage_option, **LAUNCH_OPTIONS, **pdl_launch(q.device),
     )
     return out, q_out

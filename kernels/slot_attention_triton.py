@@ -55,11 +55,19 @@ _DEFAULT_NUM_SMS = 132  # H100 SXM; used only when no CUDA device is at hand
 
 @triton.jit
 def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
-                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr,
+                SINGLE_TILE: tl.constexpr = False):
     """The key loop of one (row, kv head) program: q [BLOCK_H, HEAD_DIM] (fp32 when DOT_FP32) against
     keys [start, end) of one cache row (k_base/v_base point at position 0 of the row's kv head).
     Returns the unnormalized (acc [BLOCK_H, HEAD_DIM], running max m [BLOCK_H], running sum l
-    [BLOCK_H]) of the fp32 online softmax; also the body of kernels/norm_rope_attend_triton.py."""
+    [BLOCK_H]) of the fp32 online softmax; also the body of kernels/norm_rope_attend_triton.py.
+
+    SINGLE_TILE (the caller guarantees end - start <= BLOCK_N: the code predictor's 16-position
+    cache): one tile and no rescaling of a running sum, the same values (the loop's first pass
+    multiplies its zero start by alpha = 0) without the [BLOCK_H, HEAD_DIM] multiply-adds."""
+    if SINGLE_TILE:
+        return _attend_one_tile(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
+                                BLOCK_N, HEAD_DIM, DOT_FP32)
     offs_d = tl.arange(0, HEAD_DIM)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -91,6 +99,31 @@ def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
 
 
 @triton.jit
+def _attend_one_tile(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
+                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+    """attend_keys for at most BLOCK_N keys: (acc, m, l) as its loop would return them (no keys:
+    acc 0, m -inf, l 0)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    key_ok = offs_n < end
+    k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    if DOT_FP32:
+        s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
+    m = tl.max(s, 1)
+    p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])   # no keys: every p is 0
+    l_i = tl.sum(p, 1)
+    if DOT_FP32:
+        acc = tl.dot(p, _to_f32(v), input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v)
+    return acc, m, l_i
+
+
+@triton.jit
 def normalize_rows(acc, l_i):
     """acc [BLOCK_H, HEAD_DIM] / l_i [BLOCK_H] as acc * (1 / l): BLOCK_H reciprocals instead of a
     correctly rounded division per element (div.rn.f32 is a ~10-instruction sequence, and the padded
@@ -106,7 +139,7 @@ def _slot_decode_attn_kernel(
     qk_scale, num_positions,
     stride_qb, stride_qh, stride_ks, stride_kh, stride_kp, stride_vs, stride_vh, stride_vp, stride_slot, stride_len,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr, SINGLE_TILE: tl.constexpr = False,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
@@ -136,7 +169,7 @@ def _slot_decode_attn_kernel(
     v_base = v_ptr + slot * stride_vs + kv_head * stride_vh
 
     acc, m_i, l_i = attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
-                                BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32)
+                                BLOCK_H, BLOCK_N, HEAD_DIM, DOT_FP32, SINGLE_TILE)
 
     if NUM_SPLITS == 1:
         out = normalize_rows(acc, l_i)  # length 0 -> zeros, not NaN
@@ -287,7 +320,8 @@ def slot_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), slots.stride(0), lengths.stride(0),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
-        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, num_warps=num_warps, **stage_option, **pdl_launch(q.device),
+        NUM_SPLITS=num_splits, DOT_FP32=dot_fp32, SINGLE_TILE=num_splits == 1 and num_positions <= block_n,
+        num_warps=num_warps, **stage_option, **pdl_launch(q.device),
     )
     if num_splits > 1:
         _merge_splits_kernel[(batch * num_heads,)](

@@ -265,9 +265,10 @@ def test_kernel_compiles_for_hopper_without_fma(has_norm):
 
     skip_if_interpreting(nrt)
     names = list(inspect.signature(nrt._norm_rope_attend_kernel.fn).parameters)
-    constexprs = {"GROUP": 2, "GROUP_PAD": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 64, "ROUND": 1,
-                  "HAS_NORM": has_norm, "NORM_BLOCK": 2048 if has_norm else 1, "NORM_CHUNKS": 1 if has_norm else 0,
-                  "DOT_FP32": False}
+    constexprs = {"GROUP": 2, "GROUP_PAD": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": 16 if has_norm else 64,
+                  "ROUND": 1, "HAS_NORM": has_norm, "NORM_BLOCK": 2048 if has_norm else 1,
+                  "NORM_CHUNKS": 1 if has_norm else 0, "DOT_FP32": False,
+                  "SINGLE_TILE": has_norm}   # the predictor's launch (one 16-key tile), and the key loop
     index_ptrs = ("rows_ptr", "starts_ptr", "slots_ptr", "lengths_ptr")
     floats = ("eps", "norm_eps", "norm_cols_f", "qk_scale")
     signature = {n: "constexpr" if n in constexprs else "*i64" if n in index_ptrs else

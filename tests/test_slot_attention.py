@@ -108,6 +108,8 @@ def _all_cases():
     for dname, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         cases[f"{dname}-cache-parity"] = _cache_parity(dtype)[0]
         cases[f"{dname}-frame-cache"] = _frame_cache_case(dtype, seed=26)
+        # a 16-position cache is one tile (SINGLE_TILE): lengths 0 (zeros), partial, full, 1
+        cases[f"{dname}-one-tile-lengths"] = _inputs(4, 4, 2, 64, 16, 5, [4, 1, 2, 0], [0, 3, 16, 1], dtype, seed=27)
     return cases
 
 
@@ -433,7 +435,7 @@ def test_kernel_compiles_for_hopper(dtype, splits, monkeypatch):
                                                "stride_len")})
     block_n, num_warps = sat.choose_block(128, torch.float32 if dtype == "fp32" else torch.bfloat16)
     constants = {"GROUP": 2, "HEAD_DIM": 128, "BLOCK_H": 16, "BLOCK_N": block_n, "NUM_SPLITS": splits,
-                 "DOT_FP32": dtype == "fp32"}
+                 "DOT_FP32": dtype == "fp32", "SINGLE_TILE": False}
     signature.update({name: "constexpr" for name in constants})
     kernel = _compile_for_hopper(sat._slot_decode_attn_kernel, signature, constants, num_warps)
     ptx = kernel.asm["ptx"]
