@@ -45,6 +45,7 @@ SPLITS = (2, 4)
 MARGIN = 0.02            # a candidate must beat torch's call by 2% to replace it (timing noise)
 STREAM_BYTES = 96 * 2**20  # weight copies per timing graph: more than an H100/H200 L2 (50 MiB)
 TIMING_REPLAYS = 8
+TIMING_ROUNDS = 3          # round-robin passes over the candidates (_tune)
 ALIGN_BYTES = 256        # cuBLASLt's default alignment assumption for the heuristic's algorithms
 _DTYPES = (torch.bfloat16, torch.float16)
 
@@ -127,8 +128,8 @@ def _eligible(x2d: torch.Tensor, weight: torch.Tensor) -> bool:
     return x2d.is_contiguous() and weight.is_contiguous() and _aligned(x2d, weight)
 
 
-def _graph_us(calls, replays: int = TIMING_REPLAYS) -> float:
-    """Median us per call of `calls`, captured in one CUDA graph (launch gaps as in the frame step)."""
+def _capture(calls) -> torch.cuda.CUDAGraph:
+    """`calls` captured in one CUDA graph (launch gaps as in the frame step), after a warm-up."""
     for fn in calls[:2]:
         fn()
     torch.cuda.synchronize()
@@ -138,6 +139,11 @@ def _graph_us(calls, replays: int = TIMING_REPLAYS) -> float:
             fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def _replay_us(graph: torch.cuda.CUDAGraph, num_calls: int, replays: int = TIMING_REPLAYS) -> float:
+    """Median us per call over `replays` replays of a graph of num_calls calls."""
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -145,8 +151,7 @@ def _graph_us(calls, replays: int = TIMING_REPLAYS) -> float:
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    del graph
+        times.append(start.elapsed_time(end) * 1e3 / num_calls)
     return statistics.median(times)
 
 
@@ -169,7 +174,6 @@ def _tune(key: GemmKey) -> Choice:
         torch_calls = [lambda o=o, w=w: torch.mm(x, w.t(), out=o) for o, w in zip(outs, weights)]
         want = x.float() @ weights[0].float().t()
     tolerance = 0.02 * max(1.0, want.abs().max().item())
-    torch_us = _graph_us(torch_calls)
 
     plan = cublaslt.MatmulPlan(key.m, key.n, key.k, key.dtype, accumulate=key.accumulate)
     heuristic = plan.candidates(CANDIDATES)
@@ -179,15 +183,27 @@ def _tune(key: GemmKey) -> Choice:
             variant = plan.with_splitk(algo, splits)
             if variant is not None:
                 candidates.append(variant)
-    best = Choice(torch_us=torch_us, chosen_us=torch_us)
+    # (algo or None for torch, graph): every candidate that computes the right answer
+    entries = [(None, _capture(torch_calls))]
     for algo in candidates:
         check = base.clone()
         plan.run(algo, x, weights[0], check)
         if (check.float() - want).abs().max().item() > tolerance:   # a wrong answer is never a candidate
             continue
-        us = _graph_us([lambda o=o, w=w, a=algo: plan.run(a, x, w, o) for o, w in zip(outs, weights)])
+        entries.append((algo, _capture([lambda o=o, w=w, a=algo: plan.run(a, x, w, o)
+                                        for o, w in zip(outs, weights)])))
+    # round robin, best of TIMING_ROUNDS medians each: a clock or neighbour blip hits one round of one
+    # candidate, not its verdict (single rounds picked differently between runs of the same problem)
+    best_us = [float("inf")] * len(entries)
+    for _ in range(TIMING_ROUNDS):
+        for i, (_, graph) in enumerate(entries):
+            best_us[i] = min(best_us[i], _replay_us(graph, copies))
+    torch_us = best_us[0]
+    best = Choice(torch_us=torch_us, chosen_us=torch_us)
+    for (algo, _), us in zip(entries[1:], best_us[1:]):
         if us < best.chosen_us and us < torch_us * (1 - MARGIN):
             best = Choice(plan=plan, algo=algo, torch_us=torch_us, chosen_us=us)
+    del entries
     if best.algo is not None:
         best.config = cublaslt.algo_config(best.algo)
     return best
