@@ -28,6 +28,11 @@ MAX_VOCAB = 8192  # kernels.sample_rows_triton.MAX_VOCAB, repeated so routing ne
 _route = TritonRoute("sample_rows", "kernels.sample_rows_triton", "sample_rows_triton", CPU_TRITON_ENV, __name__)
 triton_failure = _route.triton_failure
 reset_triton_failure = _route.reset_failure
+# the gather variant's own failure memory: a failure there leaves the plain kernel in use
+_gather_route = TritonRoute("sample_rows + gather", "kernels.sample_rows_triton", "sample_rows_gather_triton",
+                            CPU_TRITON_ENV, __name__)
+gather_triton_failure = _gather_route.triton_failure
+reset_gather_triton_failure = _gather_route.reset_failure
 
 
 def wants_triton(logits: torch.Tensor) -> bool:
@@ -68,3 +73,42 @@ def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     if logits.requires_grad and torch.is_grad_enabled():
         logits = logits.detach()  # an index has no gradient; the op has no autograd formula
     return sample_rows_op(logits, temperature, top_k, top_p, do_sample, keys)
+
+
+def _reference_gather_op(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                         do_sample: torch.Tensor, keys: torch.Tensor, table_a: torch.Tensor,
+                         table_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    tokens = _reference_op(logits, temperature, top_k, top_p, do_sample, keys)
+    return tokens, table_a[tokens], table_b[tokens]
+
+
+@torch.library.custom_op("qwen3tts::sample_rows_gather", mutates_args=())
+def sample_rows_gather_op(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                          do_sample: torch.Tensor, keys: torch.Tensor, table_a: torch.Tensor,
+                          table_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample_rows_op, and the tokens' rows of table_a and table_b, all fresh tensors."""
+    return _gather_route.run((logits, temperature, top_k, top_p, do_sample, keys, table_a, table_b),
+                             _reference_gather_op, wanted=wants_triton(logits))
+
+
+@sample_rows_gather_op.register_fake
+def _sample_rows_gather_fake(logits, temperature, top_k, top_p, do_sample, keys, table_a, table_b):
+    rows = logits.shape[0]
+    return (logits.new_empty((rows,), dtype=torch.int64), table_a.new_empty((rows, table_a.shape[1])),
+            table_b.new_empty((rows, table_b.shape[1])))
+
+
+def sample_rows_gather(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                       do_sample: torch.Tensor, keys: torch.Tensor, table_a: torch.Tensor,
+                       table_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample_rows, and each token's row of table_a [V, Wa] and table_b [V, Wb] (V = logits' vocabulary;
+    the code predictor's next-step inputs: kernels/sample_rows_triton.py copies them in the sampling
+    launch, two gather launches a step fewer) -> (tokens [bs], table_a[tokens], table_b[tokens])."""
+    check_args(logits, temperature, top_k, top_p, do_sample, keys)
+    for name, table in (("table_a", table_a), ("table_b", table_b)):
+        if table.dim() != 2 or table.shape[0] != logits.shape[-1] or table.device != logits.device:
+            raise ValueError(f"sample_rows_gather: {name} must be [V={logits.shape[-1]}, W] on {logits.device}, "
+                             f"got {tuple(table.shape)} on {table.device}")
+    if logits.requires_grad and torch.is_grad_enabled():
+        logits = logits.detach()
+    return sample_rows_gather_op(logits, temperature, top_k, top_p, do_sample, keys, table_a, table_b)

@@ -83,8 +83,9 @@ def _tail_cut_key(keys, kept, probs, limit, KEY_BITS: tl.constexpr):
 def _sample_rows_kernel(
     logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, do_sample_ptr, keys_ptr, out_ptr,
     vocab_size, logits_row_stride, temperature_stride, top_k_stride, top_p_stride, do_sample_stride, keys_stride,
+    ta_ptr, tb_ptr, oa_ptr, ob_ptr, width_a, width_b, ta_stride, tb_stride,
     LIBDEVICE_EXP: tl.constexpr, BLOCK_V: tl.constexpr, KEY_SHIFT: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, GATHER: tl.constexpr = False, BLOCK_W: tl.constexpr = 1024,
 ):
     if PDL:   # first: nothing is read or written before the kernel ahead is done (kernels/pdl.py)
         wait_for_prior_grid()
@@ -137,7 +138,19 @@ def _sample_rows_kernel(
     key = tl.load(keys_ptr + row * keys_stride).to(tl.uint32)
     score = value + _gumbel_from_bits(_mix32(key ^ _token_part(cols.to(tl.int64))))
     pick = _first_argmax(score, cols, ok, BLOCK_V)
-    tl.store(out_ptr + row, tl.where(do_sample, pick, greedy).to(tl.int64))
+    token = tl.where(do_sample, pick, greedy).to(tl.int64)
+    tl.store(out_ptr + row, token)
+    if GATHER:   # the token's rows of two tables (bit patterns: integer views), the next step's inputs
+        _copy_row(ta_ptr + token * ta_stride, oa_ptr + row * width_a, width_a, BLOCK_W)
+        _copy_row(tb_ptr + token * tb_stride, ob_ptr + row * width_b, width_b, BLOCK_W)
+
+
+@triton.jit
+def _copy_row(src, dst, width, BLOCK_W: tl.constexpr):
+    for start in range(0, width, BLOCK_W):
+        offs = start + tl.arange(0, BLOCK_W)
+        ok = offs < width
+        tl.store(dst + offs, tl.load(src + offs, mask=ok), mask=ok)
 
 
 def is_interpreting() -> bool:
@@ -166,16 +179,54 @@ def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
         return out
     if logits.stride(1) != 1:
         logits = logits.contiguous()
+    _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps)
+    return out
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """t viewed as same-width integers: the gather copies bit patterns (no float cast, which the
+    interpreter would truncate or flush)."""
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps, tables=None, gathered=None):
+    num_rows, vocab_size = logits.shape
     block_v, default_warps = choose_block(vocab_size)
     num_warps = num_warps or default_warps
     do_sample = do_sample.view(torch.uint8)  # the same bytes (0/1) as a plain integer pointer
+    if tables is None:   # GATHER off: the table arguments are never read; out stands in
+        ta = tb = oa = ob = out
+        width_a = width_b = ta_stride = tb_stride = 0
+    else:
+        (ta, tb), (oa, ob) = (_bits(t) for t in tables), (_bits(t) for t in gathered)
+        width_a, width_b, ta_stride, tb_stride = ta.shape[1], tb.shape[1], ta.stride(0), tb.stride(0)
     _sample_rows_kernel[(num_rows,)](
         logits, temperature, top_k, top_p, do_sample, keys, out,
         vocab_size, logits.stride(0), temperature.stride(0), top_k.stride(0), top_p.stride(0), do_sample.stride(0),
-        keys.stride(0),
+        keys.stride(0), ta, tb, oa, ob, width_a, width_b, ta_stride, tb_stride,
         LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, KEY_SHIFT=KEY_SHIFT_BY_DTYPE[logits.dtype],
+        GATHER=tables is not None, BLOCK_W=1024,
         num_warps=num_warps,
         enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
         **pdl_launch(logits.device),
     )
-    return out
+
+
+def sample_rows_gather_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                              top_p: torch.Tensor, do_sample: torch.Tensor, keys: torch.Tensor,
+                              table_a: torch.Tensor, table_b: torch.Tensor,
+                              num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample_rows_triton, and in the same launch each row's token's row of table_a [V, Wa] and
+    table_b [V, Wb] (unit column stride) -> (tokens int64 [bs], table_a[tokens], table_b[tokens])."""
+    num_rows, vocab_size = logits.shape
+    if not 1 <= vocab_size <= MAX_VOCAB:
+        raise ValueError(f"sample_rows_triton supports 1 <= V <= {MAX_VOCAB}, got V={vocab_size}")
+    out = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
+    gathered = tuple(torch.empty((num_rows, t.shape[1]), dtype=t.dtype, device=t.device) for t in (table_a, table_b))
+    if num_rows == 0:
+        return (out, *gathered)
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    tables = tuple(t if t.stride(1) == 1 else t.contiguous() for t in (table_a, table_b))
+    _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps, tables, gathered)
+    return (out, *gathered)

@@ -34,6 +34,7 @@ EXACT_CASES = ("cand64", "ties64", "bf16_cand64", "full2048", "c0_full3072", "ed
                "fp16_input", "small_vocab")
 CHOOSE_CASES = ("bf16_cand64", "c0_full3072")
 DISPATCH_CASES = ("edges", "small_vocab")
+GATHER_CASES = ("bf16_input", "c0_full3072", "edges")
 
 
 def _args(logits, rows: RowSampling, keys):
@@ -90,9 +91,21 @@ def _run_child(work_dir):
         logits, temperature, top_k, top_p, do_sample, keys = cases[name]
         rows = RowSampling(temperature, top_k, top_p, do_sample)
         outputs[f"choose/{name}"] = choose_tokens_keyed(logits, rows, keys, 64)
+    for name in GATHER_CASES:
+        outputs[f"gather/{name}"] = sample_rows.sample_rows_gather(*cases[name], *_gather_tables(cases[name][0]))
     with OpCounter() as counter:
         sample_rows.sample_rows(*cases["edges"])
     save_child_results(work_dir, outputs, sample_rows, srt.is_interpreting(), counter)
+
+
+def _gather_tables(logits):
+    """Two tables of the logits' vocabulary: bf16 (narrow) and fp32 wider than one copy block (1024),
+    with NaN, -0.0 and subnormal entries (copied as bits, never as floats)."""
+    gen = torch.Generator().manual_seed(logits.shape[-1])
+    a = torch.randn(logits.shape[-1], 24, generator=gen).bfloat16()
+    b = torch.randn(logits.shape[-1], 1040, generator=gen)
+    a[:, 0], b[:, 1], b[:, 2] = float("nan"), -0.0, 1e-40
+    return a, b
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +191,18 @@ def test_dispatcher_uses_triton_when_forced(interpreted):
     assert info["triton_path_op_counts"] == {OP_NAME: 1}
 
 
+@pytest.mark.parametrize("name", GATHER_CASES)
+def test_gather_variant_picks_the_same_tokens_and_copies_their_rows(interpreted, name):
+    """sample_rows_gather in one launch: the plain kernel's tokens, and each token's rows of both
+    tables bit for bit (NaN, -0.0 and subnormals included)."""
+    cases, outputs, info = interpreted
+    tokens, rows_a, rows_b = outputs[f"gather/{name}"]
+    assert torch.equal(tokens, outputs[f"kernel/{name}"])
+    table_a, table_b = _gather_tables(cases[name][0])
+    assert torch.equal(rows_a.view(torch.int16), table_a[tokens].view(torch.int16))
+    assert torch.equal(rows_b.view(torch.int32), table_b[tokens].view(torch.int32))
+
+
 # ---------------------------------------------------------------------------------------------
 # Op registration and routing (in-process; the CPU default path never touches triton)
 
@@ -239,6 +264,45 @@ def test_real_launch_failure_falls_back(fresh_dispatcher):
                                          equal_to(sample_rows_reference(*case)))
 
 
+def test_gather_on_the_default_cpu_path_indexes_the_reference_tokens(fresh_dispatcher):
+    forbid_triton(fresh_dispatcher, sample_rows)
+    case = _small_case()
+    table_a, table_b = _gather_tables(case[0])
+    tokens, rows_a, rows_b = sample_rows.sample_rows_gather(*case, table_a, table_b)
+    ref = sample_rows_reference(*case)
+    assert torch.equal(tokens, ref)
+    assert torch.equal(rows_a.view(torch.int16), table_a[ref].view(torch.int16))
+    assert torch.equal(rows_b.view(torch.int32), table_b[ref].view(torch.int32))
+    # choose_tokens_and_rows off the kernel: the sort path's tokens, then the same lookups
+    from talker_service.model.sampling import choose_tokens_and_rows
+    logits, temperature, top_k, top_p, do_sample, keys = case
+    rows = RowSampling(temperature, top_k, top_p, do_sample)
+    got = choose_tokens_and_rows(logits, rows, keys, (table_a, table_b), 64)
+    want = choose_tokens_keyed(logits, rows, keys, 64)
+    assert torch.equal(got[0], want) and torch.equal(got[2], table_b[want])
+
+
+def test_gather_forced_path_is_one_op_and_checks_its_tables(fresh_dispatcher):
+    from talker_service.model.sampling import choose_tokens_and_rows
+
+    fresh_route(fresh_dispatcher, sample_rows, "_gather_route")
+    case = _small_case()
+    table_a, table_b = _gather_tables(case[0])
+    ref = sample_rows._reference_gather_op(*case, table_a, table_b)
+    launcher = use_launcher(fresh_dispatcher, sample_rows,
+                            CountingLauncher(lambda *args: (ref[0] + 100_000, ref[1], ref[2])), "_gather_route")
+    logits, temperature, top_k, top_p, do_sample, keys = case
+    with torch.no_grad(), OpCounter() as counter:
+        got = choose_tokens_and_rows(logits, RowSampling(temperature, top_k, top_p, do_sample), keys,
+                                     (table_a, table_b))
+    assert dict(counter.counts) == {"qwen3tts.sample_rows_gather": 1}, counter.counts
+    assert torch.equal(got[0], ref[0] + 100_000) and launcher.num_calls == 1
+    for bad, match in ((table_a[:-1], r"table_a must be \[V=1000, W\]"), (table_a[0], r"table_a must be")):
+        with pytest.raises(ValueError, match=match):
+            sample_rows.sample_rows_gather(*case, bad, table_b)
+    assert sample_rows.gather_triton_failure() is None, "bad input must not disable the kernel"
+
+
 def test_make_fx_sees_one_node_and_opcheck():
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -247,6 +311,11 @@ def test_make_fx_sees_one_node_and_opcheck():
     calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert calls == [torch.ops.qwen3tts.sample_rows.default], calls
     torch.library.opcheck(torch.ops.qwen3tts.sample_rows.default, case)
+    tables = tuple(torch.nan_to_num(t) for t in _gather_tables(case[0]))   # opcheck compares with ==
+    gm = make_fx(sample_rows.sample_rows_gather, tracing_mode="fake")(*case, *tables)
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.qwen3tts.sample_rows_gather.default in calls, calls
+    torch.library.opcheck(torch.ops.qwen3tts.sample_rows_gather.default, (*case, *tables))
 
 
 @pytest.mark.parametrize("index, change, match", [
@@ -279,8 +348,13 @@ def test_kernel_compiles_for_hopper(dtype):
                  "do_sample_ptr": "*u8", "keys_ptr": "*i64", "out_ptr": "*i64", "vocab_size": "i32",
                  "logits_row_stride": "i32", "temperature_stride": "i32", "top_k_stride": "i32",
                  "top_p_stride": "i32", "do_sample_stride": "i32", "keys_stride": "i32",
-                 "LIBDEVICE_EXP": "constexpr", "BLOCK_V": "constexpr", "KEY_SHIFT": "constexpr"}
-    constants = {"LIBDEVICE_EXP": True, "BLOCK_V": 4096, "KEY_SHIFT": srt.KEY_SHIFT_BY_DTYPE[dtype]}
+                 "ta_ptr": "*i16", "tb_ptr": "*i16", "oa_ptr": "*i16", "ob_ptr": "*i16", "width_a": "i32",
+                 "width_b": "i32", "ta_stride": "i32", "tb_stride": "i32",
+                 "LIBDEVICE_EXP": "constexpr", "BLOCK_V": "constexpr", "KEY_SHIFT": "constexpr",
+                 "GATHER": "constexpr", "BLOCK_W": "constexpr"}
+    # bf16 logits: the code predictor's heads, whose launches also copy the next step's table rows
+    constants = {"LIBDEVICE_EXP": True, "BLOCK_V": 4096, "KEY_SHIFT": srt.KEY_SHIFT_BY_DTYPE[dtype],
+                 "GATHER": dtype == torch.bfloat16, "BLOCK_W": 1024}
     kernel = compile_for_hopper(srt._sample_rows_kernel, signature, constants, num_warps=8, enable_fp_fusion=False)
     ptx = kernel.asm["ptx"]
     for op in ("ex2.approx.ftz.f32", "__nv_logf", "div.rn.f32", "mul.lo.s32"):
@@ -304,6 +378,18 @@ def test_cuda_kernel_matches_reference():
         rows = (out != ref).nonzero().flatten().tolist()
         assert all(_near_tie(case, r) for r in rows), (name, rows)
     assert sample_rows.triton_failure() is None
+
+
+@cuda_only
+def test_cuda_gather_variant_equals_the_kernel_and_indexing():
+    for name in GATHER_CASES:
+        gpu = tuple(t.cuda() for t in _cases()[name])
+        tables = tuple(t.cuda() for t in _gather_tables(gpu[0]))
+        tokens, rows_a, rows_b = sample_rows.sample_rows_gather(*gpu, *tables)
+        assert torch.equal(tokens, sample_rows.sample_rows(*gpu)), name
+        assert torch.equal(rows_a.view(torch.int16), tables[0][tokens].view(torch.int16)), name
+        assert torch.equal(rows_b.view(torch.int32), tables[1][tokens].view(torch.int32)), name
+    assert sample_rows.gather_triton_failure() is None
 
 
 @cuda_only

@@ -18,7 +18,7 @@ from talker_service.model.kv_cache import FrameKVCache
 from talker_service.model.layers import DecoderStack, rope_tables
 from kernels.hash_noise import token_hashes
 from kernels.small_m_linear import linear
-from talker_service.model.sampling import RowSampling, choose_tokens_keyed
+from talker_service.model.sampling import RowSampling, choose_tokens_and_rows, choose_tokens_keyed
 
 QKV_TABLES_ENV = "QWEN3_TTS_QKV_TABLES"  # "0": layer 0 projects each step's input (A/B runs); else tables
 
@@ -141,14 +141,20 @@ class CodePredictor(nn.Module):
             # [bs, vocab] in the model dtype: the sampler widens it itself (on the GPU inside its one
             # launch, where bf16 keys also halve the top-k bisection), so no float copy here
             logits = linear(hidden, self.lm_head[group - 1].weight)
-            code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
+            feeds_next = group < cfg.num_residual_groups
+            if feeds_next and self._qkv_tables is not None:
+                # codebook `group` is embedded by table group-1 and fed at position group+1: its rows of
+                # the projected table and of layer 0's q/k/v table come with the pick (one launch)
+                code, x, first_qkv = choose_tokens_and_rows(
+                    logits, rows, keys[:, group - 1], (self._table_rows(group - 1), self._qkv_tables[group - 1]),
+                    candidate_k, self._token_hashes)
+                x, first_qkv = x[:, None], first_qkv[:, None]
+            else:
+                code = choose_tokens_keyed(logits, rows, keys[:, group - 1], candidate_k, self._token_hashes)
+                if feeds_next:
+                    x = self._next_input(group - 1, code)[:, None]
             codes.append(code)
             if return_logits:
                 all_logits.append(logits.float())
-            if group < cfg.num_residual_groups:
-                # codebook `group` is embedded by table group-1 and fed at position group+1
-                x = self._next_input(group - 1, code)[:, None]
-                if self._qkv_tables is not None:
-                    first_qkv = self._qkv_tables[group - 1][code][:, None]
         codes = torch.stack(codes, dim=1)
         return (codes, torch.stack(all_logits, dim=1)) if return_logits else codes

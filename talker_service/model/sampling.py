@@ -160,6 +160,18 @@ def choose_tokens(logits: torch.Tensor, rows: RowSampling, seeds: torch.Tensor, 
     return choose_tokens_keyed(logits, rows, row_keys(seeds, steps, group), candidate_k)
 
 
+def choose_tokens_and_rows(logits: torch.Tensor, rows: RowSampling, keys: torch.Tensor, tables: tuple,
+                           candidate_k: int | None = None, hashes: torch.Tensor | None = None) -> tuple:
+    """choose_tokens_keyed, and each chosen token's row of both `tables` ([V, W] each): on the GPU in
+    the sampling launch itself (kernels/sample_rows.py sample_rows_gather), elsewhere by indexing.
+    -> (tokens [bs], tables[0][tokens], tables[1][tokens])."""
+    if sample_rows.wants_triton(logits):
+        return sample_rows.sample_rows_gather(logits, rows.temperature, rows.top_k, rows.top_p, rows.do_sample,
+                                              keys, *tables)
+    tokens = choose_tokens_keyed(logits, rows, keys, candidate_k, hashes)
+    return (tokens, *(table[tokens] for table in tables))
+
+
 def choose_tokens_keyed(logits: torch.Tensor, rows: RowSampling, keys: torch.Tensor, candidate_k: int | None = None,
                         hashes: torch.Tensor | None = None) -> torch.Tensor:
     """choose_tokens with the rows' noise keys [bs] precomputed (noise.group_keys) and optionally
