@@ -41,7 +41,6 @@ from kernels.gumbel_pick_triton import _first_argmax, _gumbel_from_bits, _mix32,
 from kernels.pdl import pdl_launch, wait_for_prior_grid
 
 MAX_VOCAB = 8192
-COPY_BLOCK_MAX = 8192   # table-row elements one gather pass copies (sample_rows_gather_triton)
 # fp32 bits a widened value of the dtype never uses: its mantissa is 7 (bf16) or 10 (fp16) bits of 23
 KEY_SHIFT_BY_DTYPE = {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}
 
@@ -206,9 +205,7 @@ def _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps, 
         vocab_size, logits.stride(0), temperature.stride(0), top_k.stride(0), top_p.stride(0), do_sample.stride(0),
         keys.stride(0), ta, tb, oa, ob, width_a, width_b, ta_stride, tb_stride,
         LIBDEVICE_EXP=not is_interpreting(), BLOCK_V=block_v, KEY_SHIFT=KEY_SHIFT_BY_DTYPE[logits.dtype],
-        # the widest table row in one block (one load and store per thread group, not a loop of
-        # dependent 1024-element copies after the pick), up to COPY_BLOCK_MAX elements
-        GATHER=tables is not None, BLOCK_W=min(COPY_BLOCK_MAX, triton.next_power_of_2(max(width_a, width_b, 1))),
+        GATHER=tables is not None, BLOCK_W=1024,
         num_warps=num_warps,
         enable_fp_fusion=False,  # pinned: the softmax must not contract into FMAs that torch does not use
         **pdl_launch(logits.device),
