@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit  # noqa: E402
-from kernels import cublaslt  # noqa: E402
+from kernels import cublaslt, gemm_tuning  # noqa: E402
 
 # (name, N, K, residual add) at 1.7B: talker hidden 2048 / intermediate 6144, predictor 1024 / 3072
 SHAPES = (("predictor.qkv", 4096, 1024, False), ("predictor.o", 1024, 2048, True),
@@ -37,25 +36,8 @@ STREAM_BYTES = 160 * 2**20  # weight copies per shape: more than the L2 holds
 
 
 def graph_us(calls, iters: int = 25) -> float:
-    """Median us per call of the callables in `calls`, all captured in one graph."""
-    for fn in calls[:2]:
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for fn in calls:
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return statistics.median(times)
+    """Median us per call of the callables in `calls`, all captured in one graph (the tuner's own timing)."""
+    return gemm_tuning.replay_us(gemm_tuning.capture_calls(calls), len(calls), iters)
 
 
 def probe_shape(name: str, m: int, n: int, k: int, residual: bool, gen: torch.Generator) -> dict:

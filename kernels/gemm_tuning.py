@@ -128,7 +128,7 @@ def _eligible(x2d: torch.Tensor, weight: torch.Tensor) -> bool:
     return x2d.is_contiguous() and weight.is_contiguous() and _aligned(x2d, weight)
 
 
-def _capture(calls) -> torch.cuda.CUDAGraph:
+def capture_calls(calls) -> torch.cuda.CUDAGraph:
     """`calls` captured in one CUDA graph (launch gaps as in the frame step), after a warm-up."""
     for fn in calls[:2]:
         fn()
@@ -142,7 +142,7 @@ def _capture(calls) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _replay_us(graph: torch.cuda.CUDAGraph, num_calls: int, replays: int = TIMING_REPLAYS) -> float:
+def replay_us(graph: torch.cuda.CUDAGraph, num_calls: int, replays: int = TIMING_REPLAYS) -> float:
     """Median us per call over `replays` replays of a graph of num_calls calls."""
     times = []
     for _ in range(replays):
@@ -184,20 +184,20 @@ def _tune(key: GemmKey) -> Choice:
             if variant is not None:
                 candidates.append(variant)
     # (algo or None for torch, graph): every candidate that computes the right answer
-    entries = [(None, _capture(torch_calls))]
+    entries = [(None, capture_calls(torch_calls))]
     for algo in candidates:
         check = base.clone()
         plan.run(algo, x, weights[0], check)
         if (check.float() - want).abs().max().item() > tolerance:   # a wrong answer is never a candidate
             continue
-        entries.append((algo, _capture([lambda o=o, w=w, a=algo: plan.run(a, x, w, o)
+        entries.append((algo, capture_calls([lambda o=o, w=w, a=algo: plan.run(a, x, w, o)
                                         for o, w in zip(outs, weights)])))
     # round robin, best of TIMING_ROUNDS medians each: a clock or neighbour blip hits one round of one
     # candidate, not its verdict (single rounds picked differently between runs of the same problem)
     best_us = [float("inf")] * len(entries)
     for _ in range(TIMING_ROUNDS):
         for i, (_, graph) in enumerate(entries):
-            best_us[i] = min(best_us[i], _replay_us(graph, copies))
+            best_us[i] = min(best_us[i], replay_us(graph, copies))
     torch_us = best_us[0]
     best = Choice(torch_us=torch_us, chosen_us=torch_us)
     for (algo, _), us in zip(entries[1:], best_us[1:]):

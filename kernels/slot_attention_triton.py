@@ -68,7 +68,6 @@ def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
     if SINGLE_TILE:
         return _attend_one_tile(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
                                 BLOCK_N, HEAD_DIM, DOT_FP32)
-    offs_d = tl.arange(0, HEAD_DIM)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
@@ -76,24 +75,13 @@ def attend_keys(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale,
     # (Triton < 3.7's interpreter cannot take tensor bounds under numpy >= 2.4; the tests backport
     # triton 3.7's fix, see tests/triton_support.py.)
     for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < end
-        k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if DOT_FP32:
-            s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
+        s, v = _tile_scores(q, k_base, v_base, stride_kp, stride_vp, start_n, end, qk_scale, BLOCK_N, HEAD_DIM,
+                            DOT_FP32)
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every tile holds >= 1 key
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if DOT_FP32:
-            pv = tl.dot(p, _to_f32(v), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + _tile_pv(p, v, DOT_FP32)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -103,8 +91,19 @@ def _attend_one_tile(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_sca
                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """attend_keys for at most BLOCK_N keys: (acc, m, l) as its loop would return them (no keys:
     acc 0, m -inf, l 0)."""
+    s, v = _tile_scores(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_scale, BLOCK_N, HEAD_DIM, DOT_FP32)
+    m = tl.max(s, 1)
+    p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])   # no keys: every p is 0
+    return _tile_pv(p, v, DOT_FP32), m, tl.sum(p, 1)
+
+
+@triton.jit
+def _tile_scores(q, k_base, v_base, stride_kp, stride_vp, start_n, end, qk_scale,
+                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+    """One tile of keys [start_n, start_n + BLOCK_N) below end: the scaled scores (log2 domain, -inf
+    past end) [BLOCK_H, BLOCK_N] and the tile's values [BLOCK_N, HEAD_DIM]."""
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
     key_ok = offs_n < end
     k = tl.load(k_base + offs_n[:, None] * stride_kp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
     v = tl.load(v_base + offs_n[:, None] * stride_vp + offs_d[None, :], mask=key_ok[:, None], other=0.0)
@@ -112,15 +111,16 @@ def _attend_one_tile(q, k_base, v_base, stride_kp, stride_vp, start, end, qk_sca
         s = tl.dot(q, tl.trans(_to_f32(k)), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))  # log2 domain
-    m = tl.max(s, 1)
-    p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])   # no keys: every p is 0
-    l_i = tl.sum(p, 1)
+    return tl.where(key_ok[None, :], s * qk_scale, float("-inf")), v
+
+
+@triton.jit
+def _tile_pv(p, v, DOT_FP32: tl.constexpr):
+    """P . V of one tile (bf16/fp16: the probabilities rounded to the value dtype, as flash attention)."""
     if DOT_FP32:
-        acc = tl.dot(p, _to_f32(v), input_precision="ieee")
+        return tl.dot(p, _to_f32(v), input_precision="ieee")
     else:
-        acc = tl.dot(p.to(v.dtype), v)
-    return acc, m, l_i
+        return tl.dot(p.to(v.dtype), v)
 
 
 @triton.jit
