@@ -146,9 +146,10 @@ class MatmulPlan:
             op = ctypes.c_int32(value)
             _check(lib.cublasLtMatmulDescSetAttribute(self.desc, attr, ctypes.byref(op), ctypes.sizeof(op)), "DescSet")
         self.a_layout, self.b_layout, self.d_layout = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(self.a_layout), cuda_type, self.k, self.n, self.k), "LayoutA")
-        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(self.b_layout), cuda_type, self.k, self.m, self.k), "LayoutB")
-        _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(self.d_layout), cuda_type, self.n, self.m, self.n), "LayoutD")
+        # column-major (rows, cols, leading dim): A = w^T as stored [K x N], B = x [K x M], D = y [N x M]
+        for name, layout, rows, cols in (("A", self.a_layout, self.k, self.n), ("B", self.b_layout, self.k, self.m),
+                                         ("D", self.d_layout, self.n, self.m)):
+            _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), cuda_type, rows, cols, rows), f"Layout{name}")
         self.alpha = ctypes.c_float(1.0)
         self.beta = ctypes.c_float(1.0 if self.accumulate else 0.0)
 

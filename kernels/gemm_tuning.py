@@ -6,15 +6,16 @@ Why: cuBLAS's heuristic pick is not the fastest algorithm it has at the decode s
 gate/up 28.4 -> 25.8 us; other shapes tie. A frame step runs those 70, 70 and 28 times.
 
 How: the first eager call of a (device, M, N, K, dtype, accumulate) problem inside `allow_tuning()`
-(and outside a CUDA-graph capture) times torch's own call and the first CANDIDATES algorithms of cuBLASLt's heuristic list
-(plus split-K variants of the first SPLIT_RANKS), each as a CUDA graph of calls over private random
-weight copies that together pass the L2 (the frame step streams its weights from HBM), checks each
-candidate's output against torch's, and keeps the fastest if it beats torch by MARGIN. Later calls
-of the problem, captured or not, launch the kept algorithm (kernels/cublaslt.py) or answer None so
-the caller runs torch. The decode graphs' warm-up runs (talker_service/engine/graphs.py) run inside
-allow_tuning(), so the captured steps hold the chosen algorithms. A problem first seen elsewhere (a
-capture, where timing cannot run; a serving-path eager call, which must not stall ~0.1 s) is not
-tuned and runs torch's call.
+(and outside a CUDA-graph capture) tunes it. Torch's own call, the first CANDIDATES algorithms of
+cuBLASLt's heuristic list and split-K variants of the first SPLIT_RANKS are each captured as a CUDA
+graph of calls over private random weight copies that together pass the L2 (the frame step streams
+its weights from HBM); a candidate whose output differs from torch's is dropped; the graphs are
+timed round robin, TIMING_ROUNDS times, best median each, and the fastest candidate is kept if it
+beats torch by MARGIN. Later calls of the problem, captured or not, launch the kept algorithm
+(kernels/cublaslt.py) or answer None so the caller runs torch. The decode graphs' warm-up runs
+(talker_service/engine/graphs.py) run inside allow_tuning(), so the captured steps hold the chosen
+algorithms. A problem first seen elsewhere (a capture, where timing cannot run; a serving-path eager
+call, which must not stall ~0.1 s) is not tuned and runs torch's call.
 
 Only for MIN_ROWS..MAX_ROWS rows: the one- and two-row calls go to the few-row Triton kernel
 (kernels/small_m_linear.py), and prefill's long calls are compute-bound, where cuBLAS's pick is
