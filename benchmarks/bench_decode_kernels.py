@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit  # noqa: E402
-from kernels import hash_noise as noise  # noqa: E402
+from kernels import gemm_tuning, hash_noise as noise  # noqa: E402
 from kernels.sample_rows_reference import sample_rows_reference  # noqa: E402
 from kernels.sample_rows_triton import sample_rows_triton  # noqa: E402
 from kernels.slot_attention_reference import slot_decode_attention_reference  # noqa: E402
@@ -45,25 +44,11 @@ ATTN_STAGES = (None, 1, 2, 3, 4, 5)
 
 
 def graph_ms(fn, warmup: int = 3, iters: int = 30, calls: int = CALLS) -> float:
-    """Median ms per call of fn, `calls` calls captured in one graph."""
+    """Median ms per call of fn, `calls` calls captured in one graph (the GEMM tuner's timing,
+    kernels/gemm_tuning.py, after `warmup` eager calls)."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+    return gemm_tuning.replay_us(gemm_tuning.capture_calls([fn] * calls), calls, iters) / 1e3
 
 
 def sampling_rows(batch: int, vocab: int, dtype: torch.dtype, gen: torch.Generator):
