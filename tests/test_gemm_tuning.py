@@ -145,6 +145,37 @@ def test_tuned_results_match_torch(m, n, k):
 
 
 @cuda_only
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_every_candidate_algorithm_computes_the_product(accumulate):
+    """The binding itself, whatever the tuner picks on this card: every heuristic algorithm (and a
+    split-K variant) run through MatmulPlan.run, eagerly and captured, gives torch's product."""
+    from kernels import cublaslt
+
+    m, n, k = 128, 1024, 2048
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    w = (torch.randn(n, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    base = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+    want = (base.float() if accumulate else 0.0) + x.float() @ w.float().t()
+    plan = cublaslt.MatmulPlan(m, n, k, torch.bfloat16, accumulate=accumulate)
+    candidates = plan.candidates(8)
+    assert candidates, "cuBLASLt listed no algorithm"
+    split = plan.with_splitk(candidates[0], 2)
+    for algo in candidates + ([split] if split is not None else []):
+        out = base.clone()
+        plan.run(algo, x, w, out)
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=3e-2)
+        graph = torch.cuda.CUDAGraph()
+        captured = base.clone()
+        with torch.cuda.graph(graph):
+            plan.run(algo, x, w, captured)
+        captured.copy_(base)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, out), cublaslt.algo_config(algo)   # same algorithm, same bits
+
+
+@cuda_only
 def test_captured_call_replays_the_choice():
     m, n, k = 128, 2048, 1024
     x = torch.randn(m, k, device="cuda").bfloat16()
