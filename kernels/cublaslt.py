@@ -66,7 +66,7 @@ def _load_library() -> ctypes.CDLL:
 
 _lib: ctypes.CDLL | None = None
 _handle = ctypes.c_void_p()
-_workspaces: dict[int, torch.Tensor] = {}
+_workspaces: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def _check(status: int, what: str) -> None:
@@ -102,12 +102,14 @@ def _library() -> ctypes.CDLL:
     return _lib
 
 
-def workspace(device: torch.device) -> torch.Tensor:
-    """One workspace per device, kept for the process (a captured graph holds its pointer)."""
+def workspace(device: torch.device, stream: int) -> torch.Tensor:
+    """The workspace of calls on `stream` (its handle) of `device`, kept for the process: a captured
+    graph holds its pointer. One per stream, as torch keeps cuBLAS's: calls on two streams may run at
+    once (the voice encoder has its own stream), calls on one never do."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _workspaces:
-        _workspaces[index] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=f"cuda:{index}")
-    return _workspaces[index]
+    if (index, stream) not in _workspaces:
+        _workspaces[index, stream] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=f"cuda:{index}")
+    return _workspaces[index, stream]
 
 
 def algo_config(algo: Algo) -> dict[str, int]:
@@ -186,8 +188,8 @@ class MatmulPlan:
     def run(self, algo: Algo, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """out[M, N] = x @ weight^T (accumulate: out += ...), on torch's current stream."""
         lib = _library()
-        ws = workspace(x.device)
         stream = torch.cuda.current_stream(x.device).cuda_stream
+        ws = workspace(x.device, stream)
         _check(lib.cublasLtMatmul(_handle, self.desc, ctypes.byref(self.alpha), weight.data_ptr(), self.a_layout,
                                   x.data_ptr(), self.b_layout, ctypes.byref(self.beta), out.data_ptr(),
                                   self.d_layout, out.data_ptr(), self.d_layout, ctypes.byref(algo), ws.data_ptr(),
