@@ -174,8 +174,12 @@ class Attention(nn.Module):
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self._split(linear(x, *self._qkv))
+
+    def _split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fused projection [..., (heads + 2 kv heads) * head_dim] as views of q, k and v."""
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return linear(x, *self._qkv).split((q_size, kv_size, kv_size), dim=-1)
+        return qkv.split((q_size, kv_size, kv_size), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVStore | CacheKVStore,
                 mask: torch.Tensor | None) -> torch.Tensor:
@@ -193,11 +197,7 @@ class Attention(nn.Module):
         qkv [B, L, (heads + 2 kv heads) * head_dim]: x's fused q/k/v projection, already known (the
         code predictor looks it up in a table, CodePredictor._qkv_tables), so the GEMM is skipped."""
         batch, length, _ = x.shape
-        if qkv is None:
-            q, k, v = self._project(x)
-        else:
-            q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+        q, k, v = self._project(x) if qkv is None else self._split(qkv)
         q = q.view(batch, length, self.num_heads, self.head_dim)
         k = k.view(batch, length, self.num_kv_heads, self.head_dim)
         v = v.view(batch, length, self.num_kv_heads, self.head_dim)
