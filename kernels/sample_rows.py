@@ -69,10 +69,16 @@ def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     defines it). logits [bs, V] fp32/bf16/fp16; temperature [bs] float32 (> 0 where sampling); top_k
     [bs] int64 (0 = off); top_p [bs] float32 in (0, 1]; do_sample [bs] bool; keys [bs] int64 noise
     keys in [0, 2**32) (a strided view is fine)."""
-    check_args(logits, temperature, top_k, top_p, do_sample, keys)
-    if logits.requires_grad and torch.is_grad_enabled():
-        logits = logits.detach()  # an index has no gradient; the op has no autograd formula
+    logits = _checked(logits, temperature, top_k, top_p, do_sample, keys)
     return sample_rows_op(logits, temperature, top_k, top_p, do_sample, keys)
+
+
+def _checked(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+             do_sample: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """check_args, then the logits the op takes (detached: an index has no gradient; the ops have no
+    autograd formula)."""
+    check_args(logits, temperature, top_k, top_p, do_sample, keys)
+    return logits.detach() if logits.requires_grad and torch.is_grad_enabled() else logits
 
 
 def _reference_gather_op(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -104,11 +110,9 @@ def sample_rows_gather(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     """sample_rows, and each token's row of table_a [V, Wa] and table_b [V, Wb] (V = logits' vocabulary;
     the code predictor's next-step inputs: kernels/sample_rows_triton.py copies them in the sampling
     launch, two gather launches a step fewer) -> (tokens [bs], table_a[tokens], table_b[tokens])."""
-    check_args(logits, temperature, top_k, top_p, do_sample, keys)
+    logits = _checked(logits, temperature, top_k, top_p, do_sample, keys)
     for name, table in (("table_a", table_a), ("table_b", table_b)):
         if table.dim() != 2 or table.shape[0] != logits.shape[-1] or table.device != logits.device:
             raise ValueError(f"sample_rows_gather: {name} must be [V={logits.shape[-1]}, W] on {logits.device}, "
                              f"got {tuple(table.shape)} on {table.device}")
-    if logits.requires_grad and torch.is_grad_enabled():
-        logits = logits.detach()
     return sample_rows_gather_op(logits, temperature, top_k, top_p, do_sample, keys, table_a, table_b)

@@ -171,16 +171,19 @@ def sample_rows_triton(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
                        do_sample: torch.Tensor, keys: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
     """int64 [bs]: each row's token (module docstring), one launch. logits [bs, V] fp32/bf16/fp16.
     num_warps: None picks choose_block's (benchmarks sweep it)."""
+    logits, out = _checked(logits)
+    if out.numel():
+        _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps)
+    return out
+
+
+def _checked(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits with unit column stride, the fresh int64 [bs] token output); V in [1, MAX_VOCAB]."""
     num_rows, vocab_size = logits.shape
     if not 1 <= vocab_size <= MAX_VOCAB:
         raise ValueError(f"sample_rows_triton supports 1 <= V <= {MAX_VOCAB}, got V={vocab_size}")
-    out = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
-    if num_rows == 0:
-        return out
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps)
-    return out
+    return (logits if logits.stride(1) == 1 else logits.contiguous(),
+            torch.empty(num_rows, dtype=torch.int64, device=logits.device))
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -218,15 +221,10 @@ def sample_rows_gather_triton(logits: torch.Tensor, temperature: torch.Tensor, t
                               num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sample_rows_triton, and in the same launch each row's token's row of table_a [V, Wa] and
     table_b [V, Wb] (unit column stride) -> (tokens int64 [bs], table_a[tokens], table_b[tokens])."""
-    num_rows, vocab_size = logits.shape
-    if not 1 <= vocab_size <= MAX_VOCAB:
-        raise ValueError(f"sample_rows_triton supports 1 <= V <= {MAX_VOCAB}, got V={vocab_size}")
-    out = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
-    gathered = tuple(torch.empty((num_rows, t.shape[1]), dtype=t.dtype, device=t.device) for t in (table_a, table_b))
-    if num_rows == 0:
-        return (out, *gathered)
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    tables = tuple(t if t.stride(1) == 1 else t.contiguous() for t in (table_a, table_b))
-    _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps, tables, gathered)
+    logits, out = _checked(logits)
+    gathered = tuple(torch.empty((out.shape[0], t.shape[1]), dtype=t.dtype, device=t.device)
+                     for t in (table_a, table_b))
+    if out.numel():
+        tables = tuple(t if t.stride(1) == 1 else t.contiguous() for t in (table_a, table_b))
+        _launch(logits, temperature, top_k, top_p, do_sample, keys, out, num_warps, tables, gathered)
     return (out, *gathered)
