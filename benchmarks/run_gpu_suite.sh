@@ -33,6 +33,9 @@
 #   cublaslt-algos           the decode GEMMs (talker, predictor; M = CUBLASLT_BATCHES, 256,128,64): torch's
 #                            cuBLAS call against every algorithm of cuBLASLt's heuristic list and split-K
 #                            variants (benchmarks/probe_cublaslt_algos.py, kernels/cublaslt.py)
+#   glu-gemm                 gate/up + SwiGLU as one tensor-core Triton launch (a config sweep) against the step's
+#                            pair, the gate/up GEMM then kernels/silu_mul.py, at GLU_BATCHES (256,128,64) rows
+#                            (benchmarks/probe_glu_gemm.py; it lost: the kernel stays in the probe)
 #   gemm-tuning-ab           the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_GEMM_TUNING=0 (torch's cuBLAS
 #                            call for every GEMM) against the default (per-shape cuBLASLt algorithm choice at
 #                            capture, kernels/gemm_tuning.py), alternated AB_ROUNDS (2) times
@@ -342,6 +345,9 @@ for w in $which; do
     cublaslt-algos)
       python3 benchmarks/probe_cublaslt_algos.py --batches "${CUBLASLT_BATCHES:-256,128,64}" \
         --out "$OUT/cublaslt-algos.json" 2>&1 | tee "$OUT/cublaslt-algos.log" ;;
+    glu-gemm)
+      python3 benchmarks/probe_glu_gemm.py --batches "${GLU_BATCHES:-256,128,64}" --out "$OUT/glu-gemm.json" 2>&1 \
+        | tee "$OUT/glu-gemm.log" ;;
     silu-mul-norm)
       python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
     deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;
