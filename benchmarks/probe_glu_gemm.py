@@ -40,11 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit  # noqa: E402
 from kernels import gemm_tuning  # noqa: E402
-from kernels.silu_mul import silu_mul  # noqa: E402
 from kernels.bf16_bits import from_f32 as _from_f32, to_f32 as _to_f32  # noqa: E402
 from kernels.pdl import pdl_launch, wait_for_prior_grid  # noqa: E402
-from kernels.rmsnorm_triton import _round_to  # noqa: E402
-from kernels.silu_mul_triton import LAUNCH_OPTIONS, _silu_mul_rounded  # noqa: E402
+from kernels.silu_mul import silu_mul  # noqa: E402
+from kernels.silu_mul_triton import LAUNCH_OPTIONS  # noqa: E402
+from kernels.small_m_linear_triton import glu_epilogue  # noqa: E402
+
 
 @triton.jit
 def _glu_gemm_kernel(x_ptr, w_ptr, y_ptr, M, I, K, stride_xm, stride_wn, stride_ym, k_float, eps,
@@ -84,13 +85,7 @@ def _glu_gemm_kernel(x_ptr, w_ptr, y_ptr, M, I, K, stride_xm, stride_wn, stride_
             xf = _to_f32(x)
             sumsq += tl.sum(xf * xf, axis=1)
     dtype = y_ptr.dtype.element_ty
-    gate = _round_to(acc_gate, dtype)   # what the GEMM would store
-    up = _round_to(acc_up, dtype)
-    if NORM:   # 1/rms(x) as kernels/rmsnorm_triton.py forms it; each half scaled and rounded again
-        s = tl.rsqrt(tl.div_rn(sumsq, k_float) + eps)[:, None]
-        gate = _round_to(gate * s, dtype)
-        up = _round_to(up * s, dtype)
-    y = _silu_mul_rounded(gate, up, dtype, EXP64)
+    y = glu_epilogue(acc_gate, acc_up, sumsq, k_float, eps, dtype, NORM, EXP64)   # the few-row kernel's epilogue
     y_offs = offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :]
     tl.store(y_ptr + y_offs, _from_f32(y, dtype), mask=m_ok[:, None] & n_ok[None, :])
 

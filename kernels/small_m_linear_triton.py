@@ -67,6 +67,21 @@ MAX_TILE = 16384        # BLOCK_N x BLOCK_K elements held per program (64 fp32 r
 
 
 @triton.jit
+def glu_epilogue(acc_gate, acc_up, sumsq, k_float, eps, dtype: tl.constexpr, NORM: tl.constexpr, EXP64: tl.constexpr):
+    """fp32 gate and up sums [BM, BN] -> silu(gate) * up, fp32 holding `dtype` values: each half rounded
+    as a GEMM would store it; with NORM scaled by s = rsqrt(sumsq / k_float + eps) per row (1/rms(x) as
+    kernels/rmsnorm_triton.py forms it) and rounded again; then silu_mul's arithmetic. Shared with the
+    tensor-core probe (benchmarks/probe_glu_gemm.py)."""
+    gate = _round_to(acc_gate, dtype)
+    up = _round_to(acc_up, dtype)
+    if NORM:
+        s = tl.rsqrt(tl.div_rn(sumsq, k_float) + eps)[:, None]
+        gate = _round_to(gate * s, dtype)
+        up = _round_to(up * s, dtype)
+    return _silu_mul_rounded(gate, up, dtype, EXP64)
+
+
+@triton.jit
 def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, k_float, eps,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            HAS_BIAS: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
@@ -114,15 +129,8 @@ def _small_m_linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, strid
             acc_up += _to_f32(tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0))[None, :]
     if RESIDUAL:   # each element read and written by this program alone: in place is safe
         acc += residual
-    if GLU:   # gate and up rounded as the plain kernel stores them, then silu_mul's arithmetic
-        dtype = y_ptr.dtype.element_ty
-        gate = _round_to(acc, dtype)
-        up = _round_to(acc_up, dtype)
-        if NORM:   # 1/rms(x) as kernels/rmsnorm_triton.py forms it; each half scaled and rounded again
-            s = tl.rsqrt(tl.div_rn(sumsq, k_float) + eps)[:, None]
-            gate = _round_to(gate * s, dtype)
-            up = _round_to(up * s, dtype)
-        acc = _silu_mul_rounded(gate, up, dtype, EXP64)
+    if GLU:
+        acc = glu_epilogue(acc, acc_up, sumsq, k_float, eps, y_ptr.dtype.element_ty, NORM, EXP64)
     tl.store(y_ptr + y_offs, _from_f32(acc, y_ptr.dtype.element_ty), mask=y_mask)
 
 
