@@ -41,7 +41,7 @@ from talker_service.prompt import PromptVocab  # noqa: E402
 
 logger = logging.getLogger("bench_talker")
 EOS = 2150
-QUEUE_DEPTH = 8   # graph replays queued per sample in the "graph_queued" path (time_queued)
+QUEUE_DEPTH = 8   # graph replays queued per sample in the "graph_queued" path (time_calls depth)
 
 
 def random_model(config: TalkerConfig, device, dtype, max_slots: int, max_seq_len: int):
@@ -93,8 +93,13 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def time_calls(fn, device, warmup: int, iters: int) -> dict:
-    """Median/p90 ms per call; CUDA events on GPU (launch-bound eager time included), wall clock on CPU."""
+def time_calls(fn, device, warmup: int, iters: int, depth: int = 1) -> dict:
+    """Median/p90 ms per call; CUDA events on GPU (launch-bound eager time included), wall clock on CPU.
+
+    depth > 1 (the "graph_queued" path, QUEUE_DEPTH): that many calls back to back per sample, the
+    talker engine's steady state, which queues step N+1 before it reads step N (async_decode), so a
+    graph's submission overlaps the step ahead of it. With depth 1 every call is waited for, so each
+    sample also holds the host's launch of the graph before its first kernel starts."""
     for _ in range(warmup):
         fn()
     sync(device)
@@ -104,39 +109,19 @@ def time_calls(fn, device, warmup: int, iters: int) -> dict:
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(depth):
+                fn()
             end.record()
             end.synchronize()
-            times_ms.append(start.elapsed_time(end))
+            times_ms.append(start.elapsed_time(end) / depth)
         else:
             t0 = time.perf_counter()
-            fn()
-            times_ms.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(depth):
+                fn()
+            times_ms.append((time.perf_counter() - t0) * 1e3 / depth)
     times_ms.sort()
     return {"median_ms": statistics.median(times_ms), "p90_ms": times_ms[int(0.9 * (len(times_ms) - 1))],
-            "min_ms": times_ms[0], "iters": iters}
-
-
-def time_queued(fn, warmup: int, iters: int, depth: int = QUEUE_DEPTH) -> dict:
-    """Median/p90 ms per call with `depth` calls queued back to back between two CUDA events: the
-    steady state of the talker engine, which queues step N+1 before it reads step N (async_decode),
-    so a graph's submission overlaps the step ahead of it. time_calls instead waits for every call,
-    so each sample also holds the host's launch of the graph before its first kernel starts."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times_ms = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(depth):
-            fn()
-        end.record()
-        end.synchronize()
-        times_ms.append(start.elapsed_time(end) / depth)
-    times_ms.sort()
-    return {"median_ms": statistics.median(times_ms), "p90_ms": times_ms[int(0.9 * (len(times_ms) - 1))],
-            "min_ms": times_ms[0], "iters": iters, "queued_per_sample": depth}
+            "min_ms": times_ms[0], "iters": iters, "calls_per_sample": depth}
 
 
 def capture(fn, warmup: int, use_pdl: bool = False):
@@ -248,7 +233,7 @@ def run(args) -> dict:
                     step = FrameStep(decoder, bs, ctx, args.prompt_len)
                     replay = capture(step, w, use_pdl=captures_with_pdl(bs, device))
                     results["graph"][f"bs{bs}_ctx{ctx}"] = time_calls(replay, device, w, n)
-                    results["graph_queued"][f"bs{bs}_ctx{ctx}"] = time_queued(replay, w, n)
+                    results["graph_queued"][f"bs{bs}_ctx{ctx}"] = time_calls(replay, device, w, n, QUEUE_DEPTH)
                     logger.info("graph bs=%d ctx=%d: %.2f ms (queued: %.2f ms)", bs, ctx,
                                 results["graph"][f"bs{bs}_ctx{ctx}"]["median_ms"],
                                 results["graph_queued"][f"bs{bs}_ctx{ctx}"]["median_ms"])

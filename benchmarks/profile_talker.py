@@ -3,7 +3,7 @@
     python benchmarks/profile_talker.py --batch-sizes 1,64,256 --out talker-profile.json [--by-op ops.txt]
 
 Per batch size: the graph's replay time (CUDA events, median; also with replays queued back to back,
-bench_talker.time_queued, as the engine runs its steps), the sum of its kernels' own times
+bench_talker.time_calls with QUEUE_DEPTH, as the engine runs its steps), the sum of its kernels' own times
 and their count per replay (kernel time far below the replay time means launch gaps dominate;
 close to it means the kernels themselves do), and the kernels by name with ms and calls per replay.
 `--by-op` also profiles one eager step at the largest batch with the ATen ops behind the kernels.
@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_talker import FrameStep, build_random, capture, time_calls, time_queued  # noqa: E402
+from benchmarks.bench_talker import QUEUE_DEPTH, FrameStep, build_random, capture, time_calls  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.engine.graphs import captures_with_pdl  # noqa: E402
@@ -50,7 +50,7 @@ def profile_graph(decoder, batch: int, context_len: int, prompt_len: int, warmup
     step = FrameStep(decoder, batch, context_len, prompt_len)
     replay = capture(step, warmup, use_pdl=captures_with_pdl(batch, "cuda"))
     timing = time_calls(replay, "cuda", warmup, iters)
-    queued = time_queued(replay, warmup, iters)
+    queued = time_calls(replay, "cuda", warmup, iters, QUEUE_DEPTH)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(NUM_PROFILED_REPLAYS):

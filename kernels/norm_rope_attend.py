@@ -18,8 +18,9 @@ inside the op:
    TRITON_INTERPRET=1) -> the pair;
 4. a Triton failure of this kernel was recorded earlier -> the pair;
 5. otherwise the Triton launcher, which itself runs the pair's two kernels where the one launch does
-   not pay (a long cache, PDL launches; kernels/norm_rope_attend_triton.fused_launch_fits). A failure to import, compile or launch is logged once, remembered, and this call
-   and every later one use the pair.
+   not pay (a long cache, PDL launches; kernels/norm_rope_attend_triton.fused_launch_fits). A failure
+   to import, compile or launch is logged once, remembered, and this call and every later one use
+   the pair.
 Argument checks (metadata only, no host sync) raise ValueError before the op: those of the pair.
 """
 from __future__ import annotations

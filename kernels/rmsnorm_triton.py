@@ -34,13 +34,6 @@ _MIN_PROGRAMS = 256  # do not pack rows below this many programs (keep ~2 per SM
 
 
 @triton.jit
-def _round_to_bf16_f32(v):
-    """fp32 -> the nearest bf16 value (ties to even), still as fp32; NaN stays NaN
-    (kernels/bf16_bits.py: the hardware cast on the GPU, the bits under the interpreter)."""
-    return round_bf16_f32(v)
-
-
-@triton.jit
 def row_inverse_rms(row_ptr, num_cols, num_cols_f, eps, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """rsqrt(mean(h^2) + eps) of one row h = row_ptr[0:num_cols] (unit stride), as an fp32 scalar:
     the deferred norms' factor, recomputed by each program that applies it (kernels/silu_mul_triton.py,
@@ -65,7 +58,7 @@ def row_inverse_rms(row_ptr, num_cols, num_cols_f, eps, BLOCK: tl.constexpr, CHU
 def _round_to(v, dtype: tl.constexpr):
     """Round fp32 v to `dtype` (round-to-nearest-even) and return it widened back to fp32."""
     if dtype == tl.bfloat16:
-        return _round_to_bf16_f32(v)
+        return round_bf16_f32(v)   # the hardware cast on the GPU, the bits under the interpreter
     elif dtype == tl.float16:
         return v.to(tl.float16).to(tl.float32)
     else:
