@@ -39,6 +39,10 @@ _SIZES = {
 }
 
 
+# What the official checkpoints' config.json carries (Qwen3-TTS-12Hz-1.7B-CustomVoice's, as mirrored).
+OFFICIAL_TRANSFORMERS_VERSION = "4.57.3"
+
+
 def model_config(model_type: str, size: str = "tiny") -> dict:
     """The top-level `config.json` dict for a model of `model_type` and `size`."""
     if model_type not in MODEL_TYPES:
@@ -90,6 +94,9 @@ def model_config(model_type: str, size: str = "tiny") -> dict:
     }
     if model_type == "base":
         config["speaker_encoder_config"] = speaker_encoder_config(size)
+    # The official config.json files name the version they were saved with. Transformers 5 reads it
+    # to pick the text tokenizer's split regex (gateway/split_regex.py), so the tiny files carry it too.
+    config["transformers_version"] = OFFICIAL_TRANSFORMERS_VERSION
     return config
 
 

