@@ -11,7 +11,7 @@ import pytest
 from gateway.split_regex import MISTRAL_FIX_PATTERN, QWEN2_PATTERN, split_pattern_for
 from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from oracle import import_oracle
-from real_vocab import write_real_vocab_checkpoint
+from real_vocab import real_tokenizer_json, write_real_vocab_checkpoint
 from text_corpus import CORPUS
 
 # Saved-with versions: the official checkpoints' (Qwen2 regex) and none (Transformers 5's
@@ -73,6 +73,21 @@ def test_whole_text_ids_match_the_official_processor(ours, official):
         assert ours.target_ids(text) == list(wrapped[3:-5]), text
         instruct = official(text=f"<|im_start|>user\n{text}<|im_end|>\n")["input_ids"][0]
         assert ours.instruct_ids(text) == list(instruct), text
+
+
+def test_ids_match_qwens_own_tokenizer_json(tmp_path_factory):
+    """The vocabulary's own tokenizer.json (Qwen2 regex) agrees with ours on the official config."""
+    from tokenizers import AddedToken, Tokenizer
+    real_dir = write_real_vocab_checkpoint(tmp_path_factory.mktemp("tokjson"), "4.57.3")
+    ours = TextTokenizer.from_dir(real_dir)
+    reference = Tokenizer.from_file(str(real_tokenizer_json()))
+    # Qwen3-TTS adds audio/TTS tokens after Qwen3's (151669-151675); the LLM's file lacks them.
+    for token_id, spec in sorted(json.loads((real_dir / "tokenizer_config.json").read_text())["added_tokens_decoder"].items()):
+        if reference.token_to_id(spec["content"]) is None:
+            reference.add_special_tokens([AddedToken(spec["content"], normalized=False, special=True)])
+            assert reference.token_to_id(spec["content"]) == int(token_id)
+    for text in CORPUS:
+        assert ours.encode(text) == reference.encode(text, add_special_tokens=False).ids, text
 
 
 def test_the_issue_case_streams_as_the_whole_text(ours):
