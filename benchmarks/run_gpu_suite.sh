@@ -7,7 +7,6 @@
 #                            with torch's CUDA ops, CUDA-graph capture), before anything is timed
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
 #   vocoder-service          vocoder engine + runner at 1/4/16/64/128 streams, eager vs graphs (+compile)
-#   conv                     the decoder's causal convs, cuDNN vs the Triton kernel (benchmarks/bench_causal_conv.py)
 #   conv-layouts             the decoder's convs on cuDNN as [B, C, T] vs time-major channels-last views,
 #                            heuristic vs timed algorithm picks (benchmarks/bench_conv_layouts.py)
 #   decoder-profile          top kernels and top ATen ops of eager vocoder steps (PROFILE_SHAPES, 64x25)
@@ -28,14 +27,9 @@
 #   fused-attention-ab       the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_FUSED_ATTENTION=0 (q/k-norm +
 #                            RoPE + KV write, then the attention: two launches a layer pass) against the
 #                            default (one launch, kernels/norm_rope_attend.py), alternated AB_ROUNDS (2) times
-#   persistent-attention     the talker's slot attention at batch 256, the kernel against persistent variants
-#                            (natural order, longest rows first, an atomic work queue; probe_persistent_attention.py)
 #   cublaslt-algos           the decode GEMMs (talker, predictor; M = CUBLASLT_BATCHES, 256,128,64): torch's
 #                            cuBLAS call against every algorithm of cuBLASLt's heuristic list and split-K
 #                            variants (benchmarks/probe_cublaslt_algos.py, kernels/cublaslt.py)
-#   glu-gemm                 gate/up + SwiGLU as one tensor-core Triton launch (a config sweep) against the step's
-#                            pair, the gate/up GEMM then kernels/silu_mul.py, at GLU_BATCHES (256,128,64) rows
-#                            (benchmarks/probe_glu_gemm.py; it lost: the kernel stays in the probe)
 #   gemm-tuning-ab           the talker step's graph at PROFILE_BATCHES with QWEN3_TTS_GEMM_TUNING=0 (torch's cuBLAS
 #                            call for every GEMM) against the default (per-shape cuBLASLt algorithm choice at
 #                            capture, kernels/gemm_tuning.py), alternated AB_ROUNDS (2) times
@@ -47,6 +41,9 @@
 #   vocoder-layouts          the decoder channel-major vs time-major (QWEN3_TTS_VOCODER_LAYOUT): an eager
 #                            64x25 step's kernels and the service path at VOCODER_STREAMS (64), rate 0
 #   vocoder-startup          seconds from `python -m vocoder_service` to graphs ready: cold caches, then warm
+#   vocoder-dtype            issue #39, per dtype of VOCODER_DTYPES (bfloat16,float16,float32) on one card: SNR of
+#                            the streamed graph path against a float32 decode with TF32 off, audio-s/s at 64 and
+#                            256 streams, first chunk (benchmarks/bench_vocoder_dtype.py), ~1.5 min a dtype
 #   small-m-linear           the talker's decode GEMMs at 1, 2, 4 and 8 rows, cuBLAS vs the few-row Triton
 #                            kernel (benchmarks/bench_small_m_linear.py), then the talker step at batch
 #                            1 and 8 with QWEN3_TTS_LINEAR_TRITON=0 (cuBLAS) and 1 (kernel at <= 16 rows;
@@ -276,7 +273,7 @@ for w in $which; do
         pytest.__version__, "pytest-timeout", u.find_spec("pytest_timeout") is not None)' 2>&1 | tee "$OUT/kernels.log"
       python3 -m pytest -q -p no:cacheprovider tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py \
         tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_qk_norm_rope_write_kv_routing.py tests/test_silu_mul.py tests/test_silu_mul_routing.py tests/test_gumbel_pick.py tests/test_warp_pick.py \
-        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py tests/test_pdl.py tests/test_deferred_norm.py tests/test_gemm_tuning.py \
+        tests/test_sample_rows.py tests/test_noise_keys.py tests/test_slot_attention.py tests/test_talker_launches.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py tests/test_pdl.py tests/test_deferred_norm.py tests/test_gemm_tuning.py \
         2>&1 | tee -a "$OUT/kernels.log" ;;
     snake)   python3 benchmarks/bench_snakebeta.py --out "$OUT/snakebeta.json" 2>&1 | tee "$OUT/snakebeta.log" ;;
     decoder) python3 benchmarks/bench_decoder.py --out "$OUT/decoder.json" 2>&1 | tee "$OUT/decoder.log" ;;
@@ -293,8 +290,6 @@ for w in $which; do
           --compile-dynamic-frames "${VOCODER_COMPILE_DYNAMIC_FRAMES:-}" \
           --out "$OUT/vocoder-service$suffix.json" 2>&1 | tee "$OUT/vocoder-service$suffix.log"
       done ;;
-    conv)   # the decoder's causal convs: cuDNN against the Triton kernel, with a tile sweep
-      python3 benchmarks/bench_causal_conv.py --out "$OUT/conv.json" 2>&1 | tee "$OUT/conv.log" ;;
     conv-layouts)   # whether time-major activations can drop cuDNN's layout transposes (issue #12)
       python3 benchmarks/bench_conv_layouts.py --out "$OUT/conv-layouts.json" 2>&1 | tee "$OUT/conv-layouts.log" ;;
     vocoder-layouts)   # the decoder in both activation layouts (vocoder_service/codec/layout.py, issue #12):
@@ -307,6 +302,10 @@ for w in $which; do
           --streams "${VOCODER_STREAMS:-64}" --rates-fps 0 --out "$OUT/vocoder-service-$layout.json" 2>&1 \
           | tee -a "$OUT/vocoder-layouts.log" | grep -E "audio|first|capture" | tail -8
       done ;;
+    vocoder-dtype)   # JSON and log under $OUT after every dtype, the table and the pick by the issue's rule last
+      python3 benchmarks/bench_vocoder_dtype.py --dtypes "${VOCODER_DTYPES:-bfloat16,float16,float32}" \
+        --out "$OUT/vocoder-dtype.json" > "$OUT/vocoder-dtype-stdout.txt" 2>&1 || tail -30 "$OUT/vocoder-dtype-stdout.txt"
+      cat "$OUT/vocoder-dtype.log" ;;
     vocoder-startup)   # seconds from `python -m vocoder_service` (stack defaults) to graphs ready, issue #12:
       # first with empty Triton and Inductor caches (a fresh machine), then again with what the first
       # run left; VOCODER_STARTUP_COMPILE sets --compile-max-row-frames (default -1, auto: none)
@@ -339,15 +338,9 @@ for w in $which; do
     pdl-ab)
       python3 benchmarks/bench_pdl.py --out "$OUT/pdl.json" > "$OUT/pdl-ab.log" 2>&1 || tail -5 "$OUT/pdl-ab.log"
       env_ab QWEN3_TTS_PDL pdl ;;
-    persistent-attention)
-      python3 benchmarks/probe_persistent_attention.py --out "$OUT/persistent-attention.json" 2>&1 \
-        | tee "$OUT/persistent-attention.log" ;;
     cublaslt-algos)
       python3 benchmarks/probe_cublaslt_algos.py --batches "${CUBLASLT_BATCHES:-256,128,64}" \
         --out "$OUT/cublaslt-algos.json" 2>&1 | tee "$OUT/cublaslt-algos.log" ;;
-    glu-gemm)
-      python3 benchmarks/probe_glu_gemm.py --batches "${GLU_BATCHES:-256,128,64}" --out "$OUT/glu-gemm.json" 2>&1 \
-        | tee "$OUT/glu-gemm.log" ;;
     silu-mul-norm)
       python3 benchmarks/bench_silu_mul_norm.py --out "$OUT/silu-mul-norm.json" 2>&1 | tee "$OUT/silu-mul-norm.log" ;;
     deferred-norm-ab) env_ab QWEN3_TTS_DEFERRED_NORM deferred-norm ;;

@@ -126,8 +126,9 @@ def fused_launch_fits(batch: int, num_kv: int, num_positions: int, head_dim: int
     - A long cache (the talker's slot cache) keeps the pair: at batch 256 its programs run in ~5
       waves of 3 per SM, and each wave pays the prologue's latency before its first K/V load, so the
       one launch took 56.5 us against 43.1 us for the attention alone and ~4.7 us for the write
-      kernel (H200, 256 positions; benchmarks/probe_attention_order.py). The predictor's 2048 one-warp
-      programs fit in about one wave, so the prologue's latency is paid about once.
+      kernel (H200, 256 positions; benchmarks/results/2026-11-26-attention-order-2618664-h200.json).
+      The predictor's 2048 one-warp programs fit in about one wave, so the prologue's latency is
+      paid about once.
     - Under PDL (the talker's 1-2 row graphs, kernels/pdl.py) a kernel boundary costs little and the
       pair's prologue runs on 4x the programs (H200, batch 1: 3.13 ms a step with the pair, 3.20 ms
       with one launch). 2026-11-26-fused-attention-h200.md has the figures."""

@@ -70,8 +70,7 @@ MAX_TILE = 16384        # BLOCK_N x BLOCK_K elements held per program (64 fp32 r
 def glu_epilogue(acc_gate, acc_up, sumsq, k_float, eps, dtype: tl.constexpr, NORM: tl.constexpr, EXP64: tl.constexpr):
     """fp32 gate and up sums [BM, BN] -> silu(gate) * up, fp32 holding `dtype` values: each half rounded
     as a GEMM would store it; with NORM scaled by s = rsqrt(sumsq / k_float + eps) per row (1/rms(x) as
-    kernels/rmsnorm_triton.py forms it) and rounded again; then silu_mul's arithmetic. Shared with the
-    tensor-core probe (benchmarks/probe_glu_gemm.py)."""
+    kernels/rmsnorm_triton.py forms it) and rounded again; then silu_mul's arithmetic."""
     gate = _round_to(acc_gate, dtype)
     up = _round_to(acc_up, dtype)
     if NORM:

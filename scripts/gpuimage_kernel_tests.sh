@@ -35,6 +35,6 @@ fi
 # The same files, in the same way, as the kernels piece of benchmarks/run_gpu_suite.sh.
 KERNEL_TESTS=(tests/test_snakebeta.py tests/test_rmsnorm.py tests/test_add_rmsnorm.py tests/test_qk_norm_rope.py tests/test_qk_norm_rope_write_kv.py tests/test_qk_norm_rope_write_kv_routing.py
               tests/test_silu_mul.py tests/test_silu_mul_routing.py tests/test_gumbel_pick.py tests/test_warp_pick.py tests/test_sample_rows.py tests/test_noise_keys.py
-              tests/test_slot_attention.py tests/test_talker_launches.py tests/test_causal_conv.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py)
+              tests/test_slot_attention.py tests/test_talker_launches.py tests/test_small_m_linear.py tests/test_small_m_linear_routing.py)
 [ $# -gt 0 ] || set -- "${KERNEL_TESTS[@]}"
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import causal_conv as conv_kernels
-from vocoder_service.codec.derived_weights import ChannelsLastWeight, DerivedTensor
+from vocoder_service.codec.derived_weights import ChannelsLastWeight
 from vocoder_service.codec.layout import cat_time, conv1d_time_major, conv_transpose1d_time_major, is_time_major
 from vocoder_service.codec.stream_state import StepState
 
@@ -40,7 +39,6 @@ class CausalConv1d(nn.Module):
         self.context_len = (kernel_size - 1) * dilation  # input samples kept per slot
         self.samples_per_frame = samples_per_frame  # input samples per code frame at this op
         self.state_key = ""  # set by Code2Wav to the module's qualified name
-        self._weight_kco = DerivedTensor(conv_kernels.weight_tap_major)  # the opt-in Triton conv's filter
         self._weight_4d = ChannelsLastWeight()  # the filter for time-major inputs
 
     def state_specs(self) -> dict[str, tuple[int, ...]]:
@@ -54,15 +52,6 @@ class CausalConv1d(nn.Module):
         bias = self.conv.bias if add_bias else None
         if self.context_len == 0:
             return self._conv(x, bias)
-        if self.conv.groups == 1 and conv_kernels.kernel_enabled() and not torch.compiler.is_compiling():
-            # The opt-in causal conv kernel reads the left context (the slot's tail, or zeros)
-            # itself (kernels/causal_conv.py says why it is not the default).
-            tail = None
-            if state is not None:
-                tail = state.context(self.state_key)  # [B, C_in, context_len]
-                self._advance(state, tail, x)
-            return conv_kernels.causal_conv1d(x, self._weight_kco.get(self.conv.weight), self.conv.dilation[0], tail,
-                                              bias)
         num_samples = x.shape[-1]  # static per captured (bs, t) shape, so these branches are too
         if state is None:
             if is_time_major(x):  # F.pad would give a channel-major copy; the conv's own zeros do not
@@ -100,13 +89,6 @@ class CausalConv1d(nn.Module):
         cols = cols.permute(0, 2, 1, 3).reshape(batch * ctx, channels * taps)
         out = F.linear(cols, conv.weight.reshape(conv.out_channels, channels * taps), bias)  # [B * ctx, C_out]
         return out.view(batch, ctx, conv.out_channels).transpose(1, 2)
-
-    def _advance(self, state: StepState, tail: torch.Tensor, x: torch.Tensor) -> None:
-        """Store the slot's next tail from [tail ++ x] (built only when x is shorter than the tail)."""
-        if x.shape[-1] < self.context_len:
-            state.advance(self.state_key, cat_time([tail, x]), self.samples_per_frame)
-        else:
-            state.advance_split(self.state_key, tail, x, self.samples_per_frame)
 
     def _conv(self, x: torch.Tensor, bias: torch.Tensor | None, padding: int = 0) -> torch.Tensor:
         conv = self.conv

@@ -2,10 +2,10 @@
 and rebuilt only when a source changes: a load or an in-place edit bumps its version, .to() gives a
 new tensor. The checkpoint's parameters stay as they are (names, shapes, layout).
 
-Used for the conv filters of the time-major path (channels-last), the opt-in Triton conv's
-tap-major filters, and the pre-transformer's concatenated q/k/v and gate/up weights: at a batch-1,
-1-frame step every launch counts (the first chunk's latency is set by the number of kernels in
-its graph), so projections that read the same input run as one GEMM.
+Used for the conv filters of the time-major path (channels-last) and the pre-transformer's
+concatenated q/k/v and gate/up weights: at a batch-1, 1-frame step every launch counts (the first
+chunk's latency is set by the number of kernels in its graph), so projections that read the same
+input run as one GEMM.
 """
 from __future__ import annotations
 
