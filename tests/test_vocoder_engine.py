@@ -50,6 +50,8 @@ def offline(codes):
 
 
 def make_engine(max_slots=8, **kw):
+    # a frame is 80 ms of audio, as in the real codec (12.5 frames/s): playback deadlines are real
+    kw.setdefault("sample_rate_hz", int(SPF * 12.5))
     cfg = VocoderEngineConfig(max_slots=max_slots, samples_per_frame=SPF, **kw)
     clock = [0.0]
     eng = VocoderEngine(FakeRunner(max_slots), cfg, clock=lambda: clock[0])

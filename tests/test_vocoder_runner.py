@@ -190,11 +190,12 @@ def test_a_runner_fault_fails_the_requests_of_that_batch_and_serving_goes_on(mod
     engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=2, chunk=ChunkPolicy(2, 4, max_wait_ms=0.0),
                                                        samples_per_frame=SPF))
     engine.open("hit")
-    engine.add_frames("hit", 0, random_codes(70, 6), is_final=True)     # chunks 2, then 4: the 4 faults
+    # two streams open: quick first chunks of 1 frame, then each stream's last frames as one chunk
+    engine.add_frames("hit", 0, random_codes(70, 5), is_final=True)     # chunks 1, then 4: the 4 faults
     engine.open("spared")
-    engine.add_frames("spared", 0, random_codes(71, 3), is_final=True)  # chunks 2, 1: never a 4
-    outs = engine.step()                                                 # hit 2 + spared 2 (one batch)
-    outs += engine.step()                                                # hit 4 + spared 1, merged: both fail
+    engine.add_frames("spared", 0, random_codes(71, 3), is_final=True)  # chunks 1, 2: never a 4
+    outs = engine.step()                                                 # hit 1 + spared 1 (one batch)
+    outs += engine.step()                                                # hit 4 + spared 2, merged: both fail
     assert sorted(o.request_id for o in outs if isinstance(o, ErrorOut)) == ["hit", "spared"]
     engine.open("next")
     engine.add_frames("next", 0, random_codes(71, 3), is_final=True)
@@ -230,7 +231,8 @@ def test_a_step_queues_every_batch_before_reading_any_and_a_read_fault_fails_onl
     # launches cost nothing in the merge model: the 2- and 4-frame chunks stay two batches
     engine = VocoderEngine(runner, VocoderEngineConfig(max_slots=2, chunk=ChunkPolicy(2, 4, max_wait_ms=0.0,
                                                                                    quick_first_max_streams=0),
-                                                       samples_per_frame=SPF, launch_cost_row_frames=0.0))
+                                                       samples_per_frame=SPF, launch_cost_row_frames=0.0),
+                          clock=lambda: 0.0)   # still time: "late" is a full 160 ms ahead, so its next chunk is 4
     engine.open("late")
     engine.add_frames("late", 0, random_codes(72, 6), is_final=False)
     first = engine.step()                                                # late: chunk of 2

@@ -4,12 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vocoder_service.engine.chunk_policy import ChunkPolicy
+from vocoder_service.engine.deadlines import DeadlinePolicy
 
 
 @dataclass
 class VocoderEngineConfig:
     max_slots: int = 64
     chunk: ChunkPolicy = field(default_factory=ChunkPolicy)
+    deadline: DeadlinePolicy = field(default_factory=DeadlinePolicy)   # which rows a step decodes
     # Fixed cost of one decode launch, in row-frames, for the batch-merging cost model.
     launch_cost_row_frames: float = 64.0
     # A request (not ended) fails with UNAVAILABLE once its talker sent nothing at all (frames or

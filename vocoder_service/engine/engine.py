@@ -19,6 +19,7 @@ from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
 from vocoder_service.engine.codes import NUM_CODE_GROUPS, validate_codes
 from vocoder_service.engine.config import VocoderEngineConfig
+from vocoder_service.engine.deadlines import DeadlineScheduler
 from vocoder_service.engine.gather import gather_batch
 from vocoder_service.engine.liveness import silent_streams
 from vocoder_service.engine.outputs import ChunkTiming, EngineError, ErrorOut, PcmOut
@@ -75,6 +76,12 @@ class VocoderEngine:
         self.host_times = HostTimes()
         self._covering_shape = getattr(runner, "covering_shape", None)
         self._split_cache: dict[tuple[int, int], list[int]] = {}   # batcher.cheapest_split per (rows, frames)
+        # which rows a step decodes and how big: by each listener's playback deadline (deadlines.py)
+        self.scheduler = DeadlineScheduler(config.chunk, config.deadline,
+                                           config.sample_rate_hz / config.samples_per_frame,
+                                           config.launch_cost_row_frames)
+        self.wake_s: float | None = None   # engine clock: when a waiting stream next becomes ready
+        self.deadline_stats = {"due_rows": 0, "deferred_rows": 0, "late_chunks": 0, "max_lateness_ms": 0.0}
 
     # ---- request lifecycle -------------------------------------------------------------------
     def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:
@@ -170,31 +177,35 @@ class VocoderEngine:
         return [self._fail(stream, "UNAVAILABLE", why) for stream, why in silent]
 
     # ---- scheduling and decode ---------------------------------------------------------------
-    def ready_rows(self) -> list[ReadyRow]:
-        now, steady, rows = self.clock(), self.config.chunk.steady_chunk_frames, []
-        for stream in self.streams.values():
-            if stream.num_context_pending:
-                rows.append(ReadyRow(stream.request_id, stream.slot, min(stream.num_context_pending, steady), False, False))
-                continue
-            if stream.num_pending == 0:
-                if stream.ended:  # a final marker with no frames left: close with an empty chunk
-                    rows.append(ReadyRow(stream.request_id, stream.slot, 0, True, True))
-                continue
-            target = self.config.chunk.chunk_frames(stream.num_chunks_emitted, len(self.streams))
-            oldest = now if stream.oldest_pending_s is None else stream.oldest_pending_s
-            waited_ms = (now - oldest) * 1e3
-            if stream.num_pending >= target or stream.ended or waited_ms >= self.config.chunk.max_wait_ms:
-                n = min(stream.num_pending, target)
-                rows.append(ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == stream.num_pending))
-        return rows
+    def ready_rows(self, plan_stats: dict | None = None) -> list[ReadyRow]:
+        """This step's rows (deadlines.py: due streams, then earliest deadline first within the step's
+        budget), after the empty closing rows of streams whose final marker came with no frames left."""
+        streams = list(self.streams.values())
+        closing = [ReadyRow(s.request_id, s.slot, 0, True, True) for s in streams
+                   if s.ended and not s.num_pending and not s.num_context_pending]
+        plan = self.scheduler.plan(streams, self.clock())
+        self.wake_s = plan.wake_s
+        if plan_stats is not None:
+            plan_stats["due_rows"] += plan.num_due
+            plan_stats["deferred_rows"] += plan.num_deferred
+        return closing + plan.rows
 
     def has_work(self) -> bool:
         return bool(self.ready_rows())
 
+    def idle_timeout_s(self, longest_s: float) -> float:
+        """How long the caller may wait for messages before a step is due by itself (a stream's
+        deadline or first-chunk wait), at most `longest_s`; 0 when a step has work now."""
+        if self.has_work():
+            return 0.0
+        if self.wake_s is None:
+            return longest_s
+        return min(longest_s, max(0.0, self.wake_s - self.clock()))
+
     def step(self) -> list[PcmOut | ErrorOut]:
         """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
-        started = time.perf_counter()
-        rows = self.ready_rows()
+        started, step_start_s = time.perf_counter(), self.clock()
+        rows = self.ready_rows(self.deadline_stats)
         out: list[PcmOut | ErrorOut] = []
         empty = [r for r in rows if r.num_frames == 0]
         for row in empty:
@@ -210,6 +221,9 @@ class VocoderEngine:
         launched = [self._launch_batch(batch) for batch in batches]
         for batch, launch in zip(batches, launched):
             out.extend(self._finish_batch(batch, *launch))
+        if batches:   # what a step of this many padded frames takes: the deadline scheduler's budget
+            self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
+                                        self.clock() - step_start_s)
         return out
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:
@@ -261,6 +275,10 @@ class VocoderEngine:
         stream.pcm_seq += 1
         stream.num_chunks_emitted += 1
         stream.num_samples_emitted += len(pcm)
+        lateness_s = stream.playback.on_chunk(self.clock(), len(pcm) / self.config.sample_rate_hz) if len(pcm) else 0.0
+        if lateness_s > 0:   # as the vocoder sees it (the gateway measures what the listener gets)
+            self.deadline_stats["late_chunks"] += 1
+            self.deadline_stats["max_lateness_ms"] = max(self.deadline_stats["max_lateness_ms"], lateness_s * 1e3)
         self.stats["chunks_emitted"] += 1
         if is_final:
             self._release(stream)

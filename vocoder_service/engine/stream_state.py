@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service_common.playback import PlaybackClock
+
 
 @dataclass
 class StreamState:
@@ -25,6 +27,8 @@ class StreamState:
     num_samples_emitted: int = 0
     num_frames_decoded: int = 0
     pcm_seq: int = 0                     # sequence number of the next PCM chunk to the gateway
+    # the listener's deadline on the engine clock (first chunk out + audio sent); scheduling key
+    playback: PlaybackClock = field(default_factory=PlaybackClock)
 
     def take_into(self, dest: np.ndarray, blocks_attr: str, count_attr: str) -> None:
         """Pop the first n frames of a queue straight into `dest` [16, n] (a row of the batch codes).

@@ -10,6 +10,7 @@ the ROUTER. gRPC admin calls reach the loop through `AdminBridge`.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Callable
@@ -116,9 +117,11 @@ class VocoderServer:
         self.beats.mark_progress()
 
     def idle_timeout_ms(self) -> int:
-        if self.engine.has_work() or any(s.pieces for s in self.admin_decodes.streams.values()):
+        """0 with work at hand; else until the engine's next stream becomes due (a playback deadline
+        comes closer while no frames arrive), at most poll_ms."""
+        if any(s.pieces for s in self.admin_decodes.streams.values()):
             return 0
-        return self.config.poll_ms
+        return math.ceil(self.engine.idle_timeout_s(self.config.poll_ms / 1e3) * 1e3)
 
     def talker_last_heard_s(self, request_id: str) -> float | None:
         """When the talker owning `request_id` last sent anything; None for admin streams."""

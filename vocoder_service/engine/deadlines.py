@@ -1,0 +1,182 @@
+"""Which streams a vocoder step decodes, and how many frames each: by the listener's deadline.
+
+Pure Python on an injectable clock (the engine's), no torch: every rule is testable with a fake
+clock. Each open stream has a playback deadline (`service_common.playback.PlaybackClock`: first
+chunk + audio sent so far); its slack is that deadline minus now.
+
+- **Due.** A running stream whose slack would run out before the step after this one could
+  deliver (slack <= 2 x the step-time estimate + delivery margin) is due: it is decoded this step
+  with whatever frames it has (1..steady), whatever else waits.
+- **First chunks** (and voice-clone priming rows before them) start the listener's clock: their
+  key is the arrival of their oldest frame, so they sort before running streams that still have
+  audio, but they take only the step's budget that due rows leave: a burst of arrivals cannot
+  lengthen the step that carries a running stream's due chunk (issue #36).
+- **Ahead.** A stream with slack s waits until it has a chunk of `slack_chunk_ratio` x s of audio
+  (the largest frame bucket within [first chunk, steady chunk]): far ahead, it takes big efficient
+  chunks; close to its deadline, small ones. Such a row is decoded when the step's budget has room
+  (earliest deadline first), otherwise later: it is not due.
+- **Budget.** Rows that are not due fill a step up to `target_step_ms` of decode work, from the
+  measured time per row-frame (an EWMA of whole steps): short steps keep the wait of an urgent chunk
+  short (a stream's chunk leaves at the end of the step that decodes it). Due rows ignore it.
+
+Chunk sizes are frame buckets of the chunk policy wherever a row is not cut short by its due time
+or its end, so batches replay the captured (batch, frames) graphs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vocoder_service.engine.batcher import ReadyRow
+from vocoder_service.engine.chunk_policy import ChunkPolicy
+from vocoder_service.engine.stream_state import StreamState
+
+
+@dataclass(frozen=True)
+class DeadlinePolicy:
+    # Not-due rows fill a step up to this much measured decode time; 0: no bound (every ready row).
+    target_step_ms: float = 20.0
+    # From the vocoder's send to the listener: gateway encode, gRPC, the client (a due stream's chunk
+    # must leave this much before its deadline).
+    delivery_margin_ms: float = 20.0
+    # A stream with s seconds of audio left waits for a chunk of ratio x s of audio: 2 reproduces the
+    # old doubling ramp (2, 4, 8, 16 frames) for a stream that keeps up, and shrinks chunks for one
+    # that falls behind.
+    slack_chunk_ratio: float = 2.0
+    # Step-time estimate before the first measured step, and the weight of each new measurement
+    # (the time per row-frame; the step-time estimate follows a longer step at once).
+    initial_step_ms: float = 10.0
+    step_time_alpha: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("target_step_ms", "delivery_margin_ms", "initial_step_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.slack_chunk_ratio <= 0:
+            raise ValueError(f"slack_chunk_ratio must be > 0, got {self.slack_chunk_ratio}")
+        if not 0 < self.step_time_alpha <= 1:
+            raise ValueError(f"step_time_alpha must be in (0, 1], got {self.step_time_alpha}")
+
+
+@dataclass
+class Candidate:
+    row: ReadyRow
+    key_s: float        # earliest deadline first: the playback deadline, or a first chunk's oldest frame
+    is_due: bool        # a running stream that stalls unless decoded this step
+    cost: int           # padded frames (the row's frame bucket)
+
+
+@dataclass
+class StepPlan:
+    rows: list[ReadyRow]
+    num_due: int                 # rows of running streams that had to go this step
+    num_deferred: int            # ready rows left for a later step (budget spent)
+    wake_s: float | None         # earliest time a waiting stream becomes ready (None: no such stream)
+
+
+class DeadlineScheduler:
+    def __init__(self, chunk: ChunkPolicy, policy: DeadlinePolicy, frames_per_s: float,
+                 launch_cost_row_frames: float) -> None:
+        self.chunk, self.policy, self.frames_per_s = chunk, policy, frames_per_s
+        self.launch_cost_row_frames = launch_cost_row_frames
+        self.step_s = policy.initial_step_ms / 1e3          # EWMA of whole steps
+        self.s_per_row_frame: float | None = None           # EWMA; None until a step was measured
+        self._buckets = chunk.frame_buckets()
+
+    # ---- learning ---------------------------------------------------------------------------
+    def observe_step(self, row_frames: int, num_batches: int, elapsed_s: float) -> None:
+        """A step decoded `row_frames` padded frames in `num_batches` launches in `elapsed_s` (plan
+        to last chunk out). The time per row-frame is learned from steps of at least two steady
+        chunks only: smaller ones are launch-bound, and their rate would promise a budget (and a
+        step) several times too large."""
+        a = self.policy.step_time_alpha
+        # fast up, slow down: a step longer than the estimate moves the due horizon at once (a late
+        # estimate is a stall), a shorter one only by the EWMA weight
+        self.step_s = elapsed_s if elapsed_s > self.step_s else self.step_s + a * (elapsed_s - self.step_s)
+        if row_frames < 2 * self.chunk.steady_chunk_frames:
+            return
+        rate = elapsed_s / (row_frames + num_batches * self.launch_cost_row_frames)
+        self.s_per_row_frame = rate if self.s_per_row_frame is None else self.s_per_row_frame + a * (rate - self.s_per_row_frame)
+
+    @property
+    def due_horizon_s(self) -> float:
+        """Slack under which a running stream is due: this step and the next, then delivery."""
+        return 2 * self.step_s + self.policy.delivery_margin_ms / 1e3
+
+    def budget_row_frames(self) -> float:
+        if self.policy.target_step_ms <= 0 or self.s_per_row_frame is None or self.s_per_row_frame <= 0:
+            return math.inf
+        return max(self.policy.target_step_ms / 1e3 / self.s_per_row_frame, float(self.chunk.steady_chunk_frames))
+
+    # ---- sizing -----------------------------------------------------------------------------
+    def target_frames(self, slack_s: float) -> int:
+        """Chunk a stream with `slack_s` of audio left waits for: the largest frame bucket within
+        [first, steady] that holds at most slack_chunk_ratio x slack of audio."""
+        want = self.policy.slack_chunk_ratio * max(slack_s, 0.0) * self.frames_per_s
+        best = self.chunk.first_chunk_frames
+        for size in self._buckets:
+            if self.chunk.first_chunk_frames <= size <= min(want, self.chunk.steady_chunk_frames):
+                best = size
+        return best
+
+    def bucket_floor(self, num_frames: int) -> int:
+        return max((b for b in self._buckets if b <= num_frames), default=num_frames)
+
+    # ---- the plan ---------------------------------------------------------------------------
+    def candidate(self, stream: StreamState, now_s: float, num_open: int) -> tuple[Candidate | None, float | None]:
+        """-> (this stream's row if it is ready, else None; when it becomes ready if it waits)."""
+        steady = self.chunk.steady_chunk_frames
+        if stream.num_context_pending:   # priming a clone's voice: needed before its first audio
+            n = min(stream.num_context_pending, steady)
+            row = ReadyRow(stream.request_id, stream.slot, n, False, False)
+            return Candidate(row, stream.opened_at_s, False, self.chunk.bucket_for(n)), None
+        pending = stream.num_pending
+        if pending == 0:
+            return None, None
+        playback = stream.playback
+        if not playback.is_started:
+            target = self.chunk.chunk_frames(0, num_open)
+            oldest = now_s if stream.oldest_pending_s is None else stream.oldest_pending_s
+            expires_s = oldest + self.chunk.max_wait_ms / 1e3
+            if pending < target and not stream.ended and now_s < expires_s:
+                return None, expires_s
+            n = min(pending, target)
+            row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
+            return Candidate(row, oldest, False, self.chunk.bucket_for(n)), None
+        slack_s = playback.slack_s(now_s)
+        horizon_s = self.due_horizon_s
+        # the slack-sized chunk, no bigger: a backlog (every frame already here) would otherwise take
+        # steady chunks for the first streams in deadline order and leave the rest of the budget-less
+        # streams to fall due together
+        target = self.target_frames(slack_s)
+        is_due = slack_s <= horizon_s
+        if not is_due and pending < target and not stream.ended:
+            return None, playback.deadline_s - horizon_s
+        # a stream's last frames go as one final chunk when they fit one (its slot frees a step sooner)
+        n = pending if stream.ended and pending <= steady else min(pending, target)
+        row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
+        return Candidate(row, playback.deadline_s, is_due, self.chunk.bucket_for(n)), None
+
+    def plan(self, streams: list[StreamState], now_s: float) -> StepPlan:
+        """This step's rows: every due row, then the others earliest deadline first within the budget."""
+        candidates, wake_s = [], None
+        for stream in streams:
+            cand, wake = self.candidate(stream, now_s, len(streams))
+            if cand is not None:
+                candidates.append(cand)
+            elif wake is not None:
+                wake_s = wake if wake_s is None else min(wake_s, wake)
+        candidates.sort(key=lambda c: c.key_s)
+        due = [c for c in candidates if c.is_due]
+        budget = self.budget_row_frames() - sum(c.cost for c in due)
+        chosen, num_deferred = [c.row for c in due], 0
+        for cand in candidates:
+            if cand.is_due:
+                continue
+            # one row always goes when nothing is due: a step makes progress whatever the budget
+            if cand.cost <= budget or not chosen:
+                chosen.append(cand.row)
+                budget -= cand.cost
+            else:
+                num_deferred += 1
+        return StepPlan(chosen, len(due), num_deferred, wake_s)
