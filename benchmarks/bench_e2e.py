@@ -8,6 +8,15 @@ p50/p95, RTF p50/p95 and audio-s/s, and next to TTFA the server's own timings pe
 prefill, first frame, vocoder first chunk, vocoder decode, encode; p50/p95) from the summaries
 the streams end with; writes JSON.
 
+Stalls as the listener hears them (service_common/playback.py): a player that starts at a stream's
+first chunk and plays in real time; a chunk that arrives after its audio was needed is a stall
+(the player waits, then resumes). Per level: streams with a stall over 50 ms and over 100 ms, the
+longest, and the same from the servers' summaries. Arrivals (`--arrivals`): `closed` keeps
+`concurrency` streams in flight (a burst, or spread with --stagger-starts); `poisson` starts the
+same number of streams open loop, at exponential gaps with a rate that holds about `concurrency`
+open (concurrency / the mean stream wall time of the closed level at that concurrency, or of the
+lone warm-up stream when no closed level ran); its row says how many were open on average.
+
     python benchmarks/bench_e2e.py --smoke                     # CPU, tiny, seconds
     python benchmarks/bench_e2e.py --model <1.7B dir> --device cuda --concurrency 1,4,16,64,128,256
 """
@@ -35,6 +44,7 @@ from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare 
 from benchmarks.stack_stats import collect, collect_replicas, load_split, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
 from protos.tts.v1 import tts_pb2  # noqa: E402
+from service_common.playback import PlaybackClock, stall_report  # noqa: E402
 
 # ServerTimings fields: talker queue, prefill (with the first frame), first frame sent, vocoder first
 # chunk, vocoder decode (summed), gateway encode (summed), a per-request clone's voice encoding
@@ -47,16 +57,25 @@ async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor, 
     cfg = config_for(seed, args.frames)
     t0 = time.monotonic()
     first_s, summary = None, None
+    player, stalls_s = PlaybackClock(), []   # the listener: every chunk's arrival against its deadline
     words = TEXT.split(" ")
     texts = [TEXT] if whole_text else [w + " " for w in words[:-1]] + [words[-1]]
     async for r in client.stream(texts, cfg, timeout_s=args.timeout_s):
-        if r.HasField("audio") and first_s is None:
-            first_s = time.monotonic() - t0
+        if r.HasField("audio"):
+            now_s = time.monotonic()
+            if first_s is None:
+                first_s = now_s - t0
+            lateness_s = player.on_chunk(now_s, r.audio.duration_ms / 1e3)
+            if lateness_s > 0:
+                stalls_s.append(lateness_s)
         elif r.HasField("summary"):
             summary = r.summary
     return {"client_ttfa_ms": (first_s or 0) * 1e3, "ttfa_ms": summary.time_to_first_audio_ms,
             "rtf": summary.real_time_factor, "audio_s": summary.audio_s, "frames": summary.num_frames,
-            "wall_s": time.monotonic() - t0, "timings": {name: getattr(summary.timings, name) for name in STAGES}}
+            "start_s": t0, "wall_s": time.monotonic() - t0,
+            "timings": {name: getattr(summary.timings, name) for name in STAGES},
+            "stalls_ms": [x * 1e3 for x in stalls_s],
+            "server_num_stalls": summary.num_stalls, "server_longest_stall_ms": summary.longest_stall_ms}
 
 
 async def first_requests(target: str, args, repeats: int = 8) -> dict:
@@ -101,30 +120,71 @@ def start_offsets_s(concurrency: int, period_s: float) -> list[float]:
     return [period_s * k / concurrency for k in range(concurrency)]
 
 
-async def level(target: str, concurrency: int, args) -> dict:
+def poisson_offsets_s(num_streams: int, rate_hz: float, seed: int = 0) -> list[float]:
+    """Open-loop arrival times: exponential gaps at `rate_hz` (seeded: runs compare), the first at 0."""
+    if rate_hz <= 0:
+        raise ValueError(f"arrival rate must be > 0 Hz, got {rate_hz}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_hz, num_streams)
+    return [0.0] + np.cumsum(gaps[:-1]).tolist()
+
+
+def mean_open_streams(results: list[dict], wall_s: float) -> float:
+    """Streams open on average over the level's wall time (the concurrency an open loop held)."""
+    return sum(r["wall_s"] for r in results) / wall_s if wall_s > 0 else 0.0
+
+
+def stall_summary(results: list[dict]) -> dict:
+    """Client-side stalls of a level's streams, and what the servers' summaries said."""
+    report = stall_report([[x / 1e3 for x in r["stalls_ms"]] for r in results])
+    report["server_streams_with_stalls"] = sum(1 for r in results if r["server_num_stalls"])
+    report["server_longest_stall_ms"] = max((r["server_longest_stall_ms"] for r in results), default=0.0)
+    return report
+
+
+async def level(target: str, concurrency: int, args, arrivals: str = "closed",
+                stream_wall_s: float | None = None) -> dict:
+    """One level: `closed` keeps `concurrency` streams in flight; `poisson` starts them open loop
+    at a rate that holds about that many open given streams of `stream_wall_s` (default: the
+    warm-up stream's)."""
     async with TtsClient(target) as client:
         config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips)
         warm = await one_stream(client, 0, args, config_for)  # warm-up; its wall time sets the stagger
-        period_s = warm["wall_s"] if args.stagger_starts else 0.0
-        offsets_s = start_offsets_s(concurrency, period_s)
-        t0 = time.monotonic()
         total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
-        queue = list(range(total))
         results: list[dict] = []
+        rate_hz = None
+        if arrivals == "poisson":
+            rate_hz = concurrency / (stream_wall_s or warm["wall_s"])
+            period_s = 0.0
 
-        async def worker(offset_s: float):
-            await asyncio.sleep(offset_s)
-            while queue:
-                seed = queue.pop()
+            async def arrival(seed: int, offset_s: float):
+                await asyncio.sleep(offset_s)
                 results.append(await one_stream(client, 1000 + seed, args, config_for))
 
+            jobs = [arrival(seed, offset_s) for seed, offset_s in enumerate(poisson_offsets_s(total, rate_hz))]
+        else:
+            period_s = warm["wall_s"] if args.stagger_starts else 0.0
+            queue = list(range(total))
+
+            async def worker(offset_s: float):
+                await asyncio.sleep(offset_s)
+                while queue:
+                    seed = queue.pop()
+                    results.append(await one_stream(client, 1000 + seed, args, config_for))
+
+            jobs = [worker(offset_s) for offset_s in start_offsets_s(concurrency, period_s)]
+        t0 = time.monotonic()
         with GpuBusySampler() as busy:
-            await asyncio.gather(*(worker(offset_s) for offset_s in offsets_s))
+            await asyncio.gather(*jobs)
         wall_s = time.monotonic() - t0
     pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
-    return {"concurrency": concurrency, "num_streams": len(results), "wall_s": wall_s,
-            "stagger_period_s": period_s,
+    if arrivals == "closed" and not period_s:
+        arrivals = "burst"
+    return {"concurrency": concurrency, "arrivals": arrivals, "num_streams": len(results), "wall_s": wall_s,
+            "stagger_period_s": period_s, "arrival_rate_hz": rate_hz,
+            "mean_open_streams": mean_open_streams(results, wall_s),
+            "mean_stream_wall_s": float(np.mean([r["wall_s"] for r in results])),
+            "stalls": stall_summary(results),
             "ttfa_ms_p50": pct("ttfa_ms", 50), "ttfa_ms_p95": pct("ttfa_ms", 95),
             "client_ttfa_ms_p50": pct("client_ttfa_ms", 50), "client_ttfa_ms_p95": pct("client_ttfa_ms", 95),
             "rtf_p50": pct("rtf", 50), "rtf_p95": pct("rtf", 95),
@@ -174,6 +234,9 @@ def main() -> int:
     p.add_argument("--stagger-starts", action="store_true",
                    help="spread each level's first streams over one lone stream's wall time instead of starting "
                         "them together (steady-state arrivals; see start_offsets_s)")
+    p.add_argument("--arrivals", default="closed",
+                   help="comma-separated arrival modes per concurrency, in order: closed (a burst, or spread with "
+                        "--stagger-starts), poisson (open loop holding about that many streams open)")
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
@@ -188,6 +251,9 @@ def main() -> int:
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
+    args.arrivals = [a.strip() for a in args.arrivals.split(",") if a.strip()]
+    if not args.arrivals or set(args.arrivals) - {"closed", "poisson"}:
+        p.error(f"--arrivals takes closed and/or poisson, got {args.arrivals}")
     if args.compose_ready:
         if args.target:
             p.error("--compose-ready names the target already; give one of --target and --compose-ready")
@@ -209,18 +275,26 @@ def main() -> int:
             print(f"first request TTFA {single['first']['ttfa_ms']:.1f} ms (client {single['first']['client_ttfa_ms']:.1f})"
                   f" | steady p50 word by word {single['steady_words']['ttfa_ms_p50']:.1f} ms, whole text "
                   f"{single['steady_whole_text']['ttfa_ms_p50']:.1f} ms", flush=True)
-        for c in args.concurrency:
+        for c, arrivals in ((c, a) for c in args.concurrency for a in args.arrivals):
             collect(stats_dir)   # reset the services' windows: the level's stats are its own
             before = collect_replicas(args.compose_ready)
-            row = asyncio.run(level(target, c, args))
+            closed_wall_s = next((r["mean_stream_wall_s"] for r in reversed(rows)
+                                  if r["concurrency"] == c and r["arrivals"] != "poisson"), None)
+            row = asyncio.run(level(target, c, args, arrivals, closed_wall_s))
             row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
             if args.compose_ready:
                 row["vocoder_load_split"] = load_split(before, row["server_stats"])
             rows.append(row)
+            stalls = row["stalls"]
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms (client p95 "
                   f"{row['client_ttfa_ms_p95']:.1f}) | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
+            print(f"        {row['arrivals']} ({row['mean_open_streams']:.1f} open on average): stalls > 50 ms in "
+                  f"{stalls['streams_stall_over_50ms']} of {stalls['num_streams']} streams, > 100 ms in "
+                  f"{stalls['streams_stall_over_100ms']}, longest {stalls['longest_stall_ms']:.1f} ms (server: "
+                  f"{stalls['server_streams_with_stalls']} streams, longest {stalls['server_longest_stall_ms']:.1f})",
+                  flush=True)
             print("        server p50/p95 ms: " + " | ".join(
                 f"{name.removesuffix('_ms')} {s['p50_ms']:.1f}/{s['p95_ms']:.1f}" for name, s in row["stages"].items()),
                 flush=True)
@@ -240,7 +314,7 @@ def main() -> int:
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,
                   "streams_factor": args.streams_factor, "min_streams": args.min_streams,
-                  "stagger_starts": args.stagger_starts, "text": TEXT,
+                  "stagger_starts": args.stagger_starts, "arrivals": args.arrivals, "text": TEXT,
                   "single_stream": single, "levels": rows}
         out = args.out or str(work / "bench_e2e.json")
         Path(out).write_text(json.dumps(result, indent=1))

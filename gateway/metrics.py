@@ -12,6 +12,8 @@ logger = logging.getLogger(__name__)
 _TTFA_BUCKETS_S = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5)
 # per-stage server time: queue and vocoder chunks are a few ms, prefill tens, summed decode seconds
 _STAGE_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
+# a chunk's lateness: 0 (in time), jitter of ms, then gaps a listener hears
+_LATENESS_BUCKETS_S = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 _RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 
@@ -25,6 +27,11 @@ class GatewayMetrics:
         self.errors = Counter("tts_errors", "Calls ended with an error, by gRPC code", ["code"], registry=r)
         self.ttfa_s = Histogram("tts_time_to_first_audio_seconds", "First text to first audio chunk",
                                 buckets=_TTFA_BUCKETS_S, registry=r)
+        # Each streamed chunk after the first against its playback deadline (service_common/playback.py):
+        # 0 when it came in time (the le="0" bucket counts those), else how long the listener waited
+        self.chunk_lateness_s = Histogram("tts_chunk_lateness_seconds",
+                                          "Streamed audio chunk arrival past its playback deadline (0: in time)",
+                                          buckets=_LATENESS_BUCKETS_S, registry=r)
         self.rtf = Histogram("tts_real_time_factor", "Wall time / audio time per request", buckets=_RTF_BUCKETS,
                              registry=r)
         # ServerTimings of each finished request, by stage (queue, prefill, first_frame,

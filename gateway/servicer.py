@@ -103,8 +103,12 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             if scope.session is not None:
                 await scope.session.close(error)
 
-    def _observe(self, summary: tts_pb2.SynthesisSummary) -> None:
+    def _observe(self, summary: tts_pb2.SynthesisSummary, chunk_lateness_s: list[float] = ()) -> None:
+        """A finished request's summary; `chunk_lateness_s`: a stream's chunks against their playback
+        deadlines (negative: early), each observed as its lateness past the deadline or 0."""
         self.metrics.ttfa_s.observe(summary.time_to_first_audio_ms / 1e3)
+        for lateness_s in chunk_lateness_s:
+            self.metrics.chunk_lateness_s.observe(max(lateness_s, 0.0))
         if summary.audio_s:
             self.metrics.rtf.observe(summary.real_time_factor)
         self.metrics.audio_s.inc(summary.audio_s)
@@ -142,7 +146,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 session.reader = asyncio.get_running_loop().create_task(session.read_client(checked))
             async for response in session.responses():
                 if response.HasField("summary"):
-                    self._observe(response.summary)
+                    self._observe(response.summary, session.chunk_lateness_s)
                 yield response
 
     async def _sized(self, messages):

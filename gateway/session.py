@@ -26,6 +26,7 @@ from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from protos import status, wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2, tts_pb2
+from service_common.playback import PlaybackClock
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class Session:
         self.voice_encode_start_s: float | None = None   # per-request clone: the TTFA clock starts here
         self.voice_encode_ms = 0.0
         self.is_finished = False
+        # the listener's playback (starts at the first chunk); each later chunk's lateness, seconds
+        self.playback = PlaybackClock()
+        self.chunk_lateness_s: list[float] = []
         self.reader: asyncio.Task | None = None
         self.early: list[Event] = []
 
@@ -206,6 +210,10 @@ class Session:
         self.num_samples_out += encoded.num_samples
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic()
+        is_first = not self.playback.is_started
+        lateness_s = self.playback.on_chunk(time.monotonic(), encoded.num_samples / self.resolved.sample_rate_hz)
+        if not is_first:
+            self.chunk_lateness_s.append(lateness_s)
         return chunk
 
     def _summary(self, pcm_header) -> tts_pb2.SynthesisSummary:
@@ -222,7 +230,8 @@ class Session:
             finish_reason=gen.finish_reason or tts_pb2.FINISH_REASON_END_OF_SPEECH,
             timings=tts_pb2.ServerTimings(queue_ms=gen.queue_ms, prefill_ms=gen.prefill_ms,
                                           first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms,
-                                          voice_encode_ms=self.voice_encode_ms))
+                                          voice_encode_ms=self.voice_encode_ms),
+            num_stalls=self.playback.num_stalls, longest_stall_ms=self.playback.longest_stall_s * 1e3)
 
     async def responses(self) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
         """Audio chunks and flush acks until the final chunk, then the summary."""

@@ -16,17 +16,36 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.parametrize("workload, stagger", [("custom-voice", False), ("clone-icl", True)])
 def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload, stagger):
     out = tmp_path / "e2e.json"
+    # the staggered run adds an open-loop Poisson level after each closed one
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
-                           "--workload", workload] + (["--stagger-starts"] if stagger else []),
+                           "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson"]
+                                                      if stagger else []),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["workload"] == workload and result["model"] == ("tiny-base" if workload == "clone-icl" else
                                                                    "tiny-custom-voice")
-    assert [row["concurrency"] for row in result["levels"]] == [1, 2]
+    modes = ["closed", "poisson"] if stagger else ["burst"]
+    assert [(row["concurrency"], row["arrivals"]) for row in result["levels"]] == [(c, m) for c in (1, 2)
+                                                                                   for m in modes]
     assert result["stagger_starts"] is stagger
-    # staggered: the first streams spread over the warm-up stream's wall time; else a burst
-    assert all((row["stagger_period_s"] > 0) is stagger for row in result["levels"])
+    # staggered: the first streams spread over the warm-up stream's wall time; else a burst; the
+    # open loop arrives at a rate from the closed level's mean stream wall time
+    for row in result["levels"]:
+        assert (row["stagger_period_s"] > 0) is (row["arrivals"] == "closed"), row["arrivals"]
+        assert (row["arrival_rate_hz"] is not None) is (row["arrivals"] == "poisson")
+        assert 0 < row["mean_open_streams"] <= row["num_streams"]
+        # stalls as the client heard them, with the servers' own count beside them
+        stalls = row["stalls"]
+        assert stalls["num_streams"] == row["num_streams"]
+        assert stalls["streams_stall_over_100ms"] <= stalls["streams_stall_over_50ms"] <= row["num_streams"]
+        assert stalls["longest_stall_ms"] == max(max(r["stalls_ms"], default=0.0) for r in row["raw"])
+        assert all(x > 0 for r in row["raw"] for x in r["stalls_ms"])
+        assert stalls["server_longest_stall_ms"] >= 0 and stalls["server_streams_with_stalls"] <= row["num_streams"]
+    poisson = [row for row in result["levels"] if row["arrivals"] == "poisson"]
+    for closed, row in zip([r for r in result["levels"] if r["arrivals"] == "closed"], poisson):
+        assert row["arrival_rate_hz"] == pytest.approx(row["concurrency"] / closed["mean_stream_wall_s"])
+    assert ("stalls > 50 ms in" in proc.stdout) and ("poisson (" in proc.stdout) is stagger
     single = result["single_stream"]   # the first request after start, then the steady values
     assert single["first"]["ttfa_ms"] > 0 and single["first"]["client_ttfa_ms"] > 0
     for mode in ("steady_words", "steady_whole_text"):

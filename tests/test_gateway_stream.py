@@ -87,9 +87,19 @@ def test_streamed_text_comes_back_as_audio_in_order(model_dir, talker, tmp_path)
                 names = [f.name.removesuffix("_ms") for f in tts_pb2.ServerTimings.DESCRIPTOR.fields]
                 stages = {n: (sample("tts_stage_seconds_count", {"stage": n}),
                               sample("tts_stage_seconds_sum", {"stage": n})) for n in names}
-                return start, rest, stages
+                lateness = {key: sample(f"tts_chunk_lateness_seconds_{key}", labels) for key, labels in
+                            (("count", {}), ("sum", {}), ("bucket", {"le": "0.0"}))}
+                return start, rest, stages, lateness
 
-    start, responses, stages = run(body())
+    start, responses, stages, lateness = run(body())
+    # every chunk after the first is measured against its playback deadline; the summary's stalls
+    # are those same chunks' lateness (the longest one is in the histogram's sum)
+    summary = responses[-1].summary
+    num_chunks = sum(1 for r in responses if r.HasField("audio"))
+    assert lateness["count"] == num_chunks - 1 > 0
+    assert lateness["sum"] >= summary.longest_stall_ms / 1e3 - 1e-9 and summary.longest_stall_ms >= 0
+    assert (lateness["bucket"] == lateness["count"]) == (summary.longest_stall_ms == 0)   # le=0: in time
+    assert summary.num_stalls <= lateness["count"] - lateness["bucket"]
     # /metrics has the per-stage histograms: one observation per stage for the one request,
     # its sum the summary's own timing
     timings = responses[-1].summary.timings

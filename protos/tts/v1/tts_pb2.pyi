@@ -125,7 +125,7 @@ class ServerTimings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., vocoder_first_chunk_ms: _Optional[float] = ..., vocoder_decode_ms: _Optional[float] = ..., encode_ms: _Optional[float] = ..., voice_encode_ms: _Optional[float] = ...) -> None: ...
 
 class SynthesisSummary(_message.Message):
-    __slots__ = ("audio_s", "time_to_first_audio_ms", "real_time_factor", "num_frames", "num_text_tokens", "finish_reason", "timings")
+    __slots__ = ("audio_s", "time_to_first_audio_ms", "real_time_factor", "num_frames", "num_text_tokens", "finish_reason", "timings", "num_stalls", "longest_stall_ms")
     AUDIO_S_FIELD_NUMBER: _ClassVar[int]
     TIME_TO_FIRST_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
     REAL_TIME_FACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,8 @@ class SynthesisSummary(_message.Message):
     NUM_TEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    NUM_STALLS_FIELD_NUMBER: _ClassVar[int]
+    LONGEST_STALL_MS_FIELD_NUMBER: _ClassVar[int]
     audio_s: float
     time_to_first_audio_ms: float
     real_time_factor: float
@@ -140,7 +142,9 @@ class SynthesisSummary(_message.Message):
     num_text_tokens: int
     finish_reason: FinishReason
     timings: ServerTimings
-    def __init__(self, audio_s: _Optional[float] = ..., time_to_first_audio_ms: _Optional[float] = ..., real_time_factor: _Optional[float] = ..., num_frames: _Optional[int] = ..., num_text_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., timings: _Optional[_Union[ServerTimings, _Mapping]] = ...) -> None: ...
+    num_stalls: int
+    longest_stall_ms: float
+    def __init__(self, audio_s: _Optional[float] = ..., time_to_first_audio_ms: _Optional[float] = ..., real_time_factor: _Optional[float] = ..., num_frames: _Optional[int] = ..., num_text_tokens: _Optional[int] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., timings: _Optional[_Union[ServerTimings, _Mapping]] = ..., num_stalls: _Optional[int] = ..., longest_stall_ms: _Optional[float] = ...) -> None: ...
 
 class StreamSynthesizeResponse(_message.Message):
     __slots__ = ("start", "audio", "flush_ack", "summary")
