@@ -19,6 +19,9 @@ class GatewayConfig:
     audio_bind: str = "tcp://127.0.0.1:*"   # PULL socket vocoders push PCM to
     audio_advertise: str = ""            # reply_to sent to talkers; empty: the bound endpoint
     metrics_port: int = 9090             # Prometheus HTTP; 0: any free port; -1: off
+    # OpenAI-compatible HTTP API, WebSocket and browser page (gateway/http); 0: any free port; -1: off
+    http_port: int = -1
+    http_host: str = "0.0.0.0"
     # unauthenticated: loopback unless asked (containers set 0.0.0.0 for in-cluster scraping)
     metrics_host: str = "127.0.0.1"
     ready_file: str = ""                 # JSON with the bound ports, written once listening

@@ -41,6 +41,8 @@ class GatewayServer:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.metrics_port = 0
+        self.http = None
+        self.http_port = -1
 
     async def start(self) -> None:
         config = self.config
@@ -73,12 +75,22 @@ class GatewayServer:
         # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
         if config.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)
+        if config.http_port >= 0:
+            from gateway.http.serve import HttpFront  # starlette/uvicorn only when the HTTP face is on
+            # The HTTP face is a client of this gRPC port: same admission, limits, metrics, statuses.
+            grpc_host = "127.0.0.1" if config.grpc_host in ("0.0.0.0", "::", "") else config.grpc_host
+            self.http = HttpFront(config.http_host, config.http_port, f"{grpc_host}:{self.port}",
+                                  config.max_text_chars)
+            self.http_port = self.http.bind()   # before gRPC starts, as the metrics port
         await self.server.start()
         self.backend.start()
+        if self.http is not None:
+            await self.http.start()
         logger.info("gateway listening on %s:%d (model %s, talkers %s, audio %s)", config.grpc_host, self.port,
                     name, ",".join(config.talkers), self.backend.reply_to)
         if config.ready_file:
-            info = {"grpc_port": self.port, "metrics_port": self.metrics_port, "audio_endpoint": self.backend.reply_to,
+            info = {"grpc_port": self.port, "metrics_port": self.metrics_port, "http_port": self.http_port,
+                    "audio_endpoint": self.backend.reply_to,
                     "pid": os.getpid(), "model": name}
             tmp = Path(config.ready_file + ".tmp")
             tmp.write_text(json.dumps(info))
@@ -104,5 +116,7 @@ class GatewayServer:
             if not self.servicer.num_active:
                 break
             await asyncio.sleep(0.01)
+        if self.http is not None:
+            await self.http.stop()
         await self.backend.stop()
         logger.info("gateway stopped")

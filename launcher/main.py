@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address the gateway's gRPC port listens on")
     p.add_argument("--grpc-port", type=int, default=50051, help="gateway port; 0 picks a free one")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port; 0 picks a free one, -1 off")
+    p.add_argument("--http-port", type=int, default=-1,
+                   help="OpenAI-compatible HTTP API, WebSocket and page (on --host); 0 picks a free one, -1 off")
     p.add_argument("--health-timeout-s", type=float, default=600.0, help="deadline for the stack to be SERVING")
     p.add_argument("--drain-grace-s", type=float, default=10.0)
     p.add_argument("--work-dir", help="logs and ready files (default: a new temp dir)")
@@ -81,7 +83,8 @@ PINS = {
     "vocoder": lambda info: ["--bind", info["codes_endpoint"], "--grpc-port", str(info["grpc_port"])],
     "talker": lambda info: ["--bind", info["requests_endpoint"], "--grpc-port", str(info["grpc_port"])],
     "gateway": lambda info: ["--grpc-port", str(info["grpc_port"])] + (
-        ["--metrics-port", str(info["metrics_port"])] if (info.get("metrics_port") or 0) > 0 else []),
+        ["--metrics-port", str(info["metrics_port"])] if (info.get("metrics_port") or 0) > 0 else []) + (
+        ["--http-port", str(info["http_port"])] if (info.get("http_port") or 0) > 0 else []),
 }
 
 
@@ -149,15 +152,19 @@ def run(args) -> int:
             "--model", str(model_dir), "--model-name", Path(args.model).name,
             "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info),
             "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
-            "--metrics-host", args.host,
+            "--metrics-host", args.host, "--http-port", str(args.http_port), "--http-host", args.host,
             "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
         children.append(gateway)
         info = gateway.wait_ready(deadline_s, stop.is_set)
         target = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{info['grpc_port']}"
         wait_serving(target, deadline_s, children)
         ready = {"grpc_target": target, "metrics_port": info["metrics_port"], "work_dir": str(work_dir)}
+        http = ""
+        if (info.get("http_port") or -1) >= 0:
+            ready["http_url"] = f"http://{target.rsplit(':', 1)[0]}:{info['http_port']}"
+            http = f", HTTP {ready['http_url']} (page at /, OpenAI API at /v1)"
         write_ready(args.ready_file, ready, children)
-        print(f"stack ready: gRPC {target}, metrics :{info['metrics_port']}, logs in {work_dir}", flush=True)
+        print(f"stack ready: gRPC {target}{http}, metrics :{info['metrics_port']}, logs in {work_dir}", flush=True)
         print(f'try: python -m client "Hello from Qwen3 TTS." --target {target} -o hello.wav', flush=True)
         supervisor = Supervisor(policy, on_ready=lambda child: write_ready(args.ready_file, ready, children))
         for child in children:

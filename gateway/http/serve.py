@@ -1,0 +1,76 @@
+"""uvicorn in the gateway's own event loop, on a socket bound up front (a taken port is a one-line
+start-up error, and port 0 reports the port it got)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+import uvicorn
+
+from gateway.http.app import build_app
+from gateway.http.grpc_calls import GatewayClient
+from service_common.startup import StartupError
+
+logger = logging.getLogger(__name__)
+
+
+class _InLoopServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):
+        # The gateway owns SIGTERM/SIGINT (it drains gRPC first); uvicorn must not take them over.
+        yield
+
+
+class HttpFront:
+    def __init__(self, host: str, port: int, grpc_target: str, max_text_chars: int) -> None:
+        self.host, self.requested_port = host, port
+        self.client = GatewayClient(grpc_target)
+        self.app = build_app(self.client, max_text_chars)
+        self.port = 0
+        self._socket: socket.socket | None = None
+        self._task: asyncio.Task | None = None
+        self._server: _InLoopServer | None = None
+
+    def bind(self) -> int:
+        """Bind the listening socket (StartupError naming the port if it cannot be); the bound port."""
+        self._socket = self._bind()
+        self.port = self._socket.getsockname()[1]
+        return self.port
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.requested_port))
+        except OSError as exc:
+            sock.close()
+            reason = "it is in use by another process" if exc.errno == 98 else exc.strerror
+            raise StartupError(f"gateway HTTP port {self.host}:{self.requested_port} could not be bound: {reason}") from None
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
+
+    async def start(self) -> None:
+        sock = self._socket if self._socket is not None else self._bind()
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", ws="websockets-sansio",
+                                timeout_graceful_shutdown=5, access_log=False)
+        self._server = _InLoopServer(config)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()   # raises what stopped it
+                raise StartupError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.005)
+        logger.info("HTTP API on http://%s:%d (OpenAI /v1/audio/speech, WebSocket /v1/audio/speech/stream, page /)",
+                    self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._task, 10)
+        await self.client.close()
