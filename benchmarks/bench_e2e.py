@@ -12,7 +12,8 @@ Stalls as the listener hears them (service_common/playback.py): a player that st
 first chunk and plays in real time; a chunk that arrives after its audio was needed is a stall
 (the player waits, then resumes). Per level: streams with a stall over 50 ms and over 100 ms, the
 longest, and the same from the servers' summaries. Arrivals (`--arrivals`): `closed` keeps
-`concurrency` streams in flight (a burst, or spread with --stagger-starts); `poisson` starts the
+`concurrency` streams in flight (a burst, or spread with --stagger-starts); `burst` is the closed
+loop started all at once whatever --stagger-starts says; `poisson` starts the
 same number of streams open loop, at exponential gaps with a rate that holds about `concurrency`
 open (concurrency / the mean stream wall time of the closed level at that concurrency, or of the
 lone warm-up stream when no closed level ran); its row says how many were open on average.
@@ -162,7 +163,7 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
 
             jobs = [arrival(seed, offset_s) for seed, offset_s in enumerate(poisson_offsets_s(total, rate_hz))]
         else:
-            period_s = warm["wall_s"] if args.stagger_starts else 0.0
+            period_s = warm["wall_s"] if args.stagger_starts and arrivals == "closed" else 0.0
             queue = list(range(total))
 
             async def worker(offset_s: float):
@@ -178,7 +179,7 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
         wall_s = time.monotonic() - t0
     pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
-    if arrivals == "closed" and not period_s:
+    if arrivals == "closed" and not period_s:   # (a burst whatever it was called)
         arrivals = "burst"
     return {"concurrency": concurrency, "arrivals": arrivals, "num_streams": len(results), "wall_s": wall_s,
             "stagger_period_s": period_s, "arrival_rate_hz": rate_hz,
@@ -201,7 +202,8 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
            "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
            f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
     cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
+    proc = subprocess.Popen(cmd, cwd=stack_dir, env=dict(os.environ, PYTHONPATH=str(stack_dir)))
     deadline = time.monotonic() + 900
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -216,6 +218,8 @@ def main() -> int:
     p.add_argument("--compose-ready", type=Path,
                    help="the ready file of a launcher.compose_run stack: its gateway is the target, and every "
                         "replica's stats (the vocoders' load split) are collected per level")
+    p.add_argument("--stack-dir", default="",
+                   help="start the stack of another tree (e.g. an A/B base) with this client and its measures")
     p.add_argument("--model", default="tiny")
     p.add_argument("--device", default="cuda")
     p.add_argument("--voice", default="vivian", help="speaker of the custom-voice workload")
@@ -236,7 +240,8 @@ def main() -> int:
                         "them together (steady-state arrivals; see start_offsets_s)")
     p.add_argument("--arrivals", default="closed",
                    help="comma-separated arrival modes per concurrency, in order: closed (a burst, or spread with "
-                        "--stagger-starts), poisson (open loop holding about that many streams open)")
+                        "--stagger-starts), burst (closed, all at once), poisson (open loop holding about that "
+                        "many streams open)")
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
@@ -252,8 +257,8 @@ def main() -> int:
         args.vocoder_arg += ["--cpu-threads=1"]
     args.concurrency = [int(c) for c in str(args.concurrency).split(",")]
     args.arrivals = [a.strip() for a in args.arrivals.split(",") if a.strip()]
-    if not args.arrivals or set(args.arrivals) - {"closed", "poisson"}:
-        p.error(f"--arrivals takes closed and/or poisson, got {args.arrivals}")
+    if not args.arrivals or set(args.arrivals) - {"closed", "burst", "poisson"}:
+        p.error(f"--arrivals takes closed, burst and poisson, got {args.arrivals}")
     if args.compose_ready:
         if args.target:
             p.error("--compose-ready names the target already; give one of --target and --compose-ready")
@@ -278,7 +283,7 @@ def main() -> int:
         for c, arrivals in ((c, a) for c in args.concurrency for a in args.arrivals):
             collect(stats_dir)   # reset the services' windows: the level's stats are its own
             before = collect_replicas(args.compose_ready)
-            closed_wall_s = next((r["mean_stream_wall_s"] for r in reversed(rows)
+            closed_wall_s = next((r["mean_stream_wall_s"] for r in rows
                                   if r["concurrency"] == c and r["arrivals"] != "poisson"), None)
             row = asyncio.run(level(target, c, args, arrivals, closed_wall_s))
             row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
@@ -309,7 +314,7 @@ def main() -> int:
         if args.device.startswith("cuda"):
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                  text=True).stdout.strip().splitlines()[0:1]
-        result = {"bench": "e2e", "commit": commit, "gpu": gpu, "model": args.model, "device": args.device,
+        result = {"bench": "e2e", "commit": commit, "stack_dir": args.stack_dir, "gpu": gpu, "model": args.model, "device": args.device,
                   "compose_ready": json.loads(args.compose_ready.read_text()) if args.compose_ready else None,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,

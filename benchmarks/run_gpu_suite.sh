@@ -59,6 +59,13 @@
 #                            alternated AB_ROUNDS (2) times at AB_LEVELS (256), each run at most
 #                            AB_RUN_TIMEOUT_S (240) s (a fresh machine's first stack compiles its
 #                            kernels: 150 s was too short); one line per run in ab.txt, the JSONs ab-*.json
+#   e2e-gapless              issue #36: the stack of build/base.tar (scripts/ab_base.sh COMMIT; carry "build")
+#                            then this one, both driven by this tree's bench_e2e (stalls as the client hears
+#                            them) at GAPLESS_LEVELS (64,256), arrivals GAPLESS_ARRIVALS (closed staggered,
+#                            open-loop poisson, burst), 4 x concurrency streams a level; GAPLESS_SIDES
+#                            (base head) picks the sides (one device call each fits 10 minutes); the head
+#                            side is build/head.tar when there is one (scripts/ab_base.sh COMMIT head), else
+#                            this tree: gapless.txt, gapless-SIDE.log and .json
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -233,6 +240,31 @@ e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both 
   grep -A2 "^c=" "/tmp/ab-$1$2.log" >> "$OUT/ab.txt" || tail -5 "/tmp/ab-$1$2.log" >> "$OUT/ab.txt"
 }
 
+e2e_gapless_run() {   # side dir commit: that tree's stack, driven by this tree's bench_e2e
+  QWEN3_TTS_COMMIT=$3 timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py --stack-dir "$2" \
+    --model "$CKPT" --device cuda --concurrency "${GAPLESS_LEVELS:-64,256}" \
+    --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 --single-repeats 2 \
+    --out "$OUT/gapless-$1.json" > "$OUT/gapless-$1.log" 2>&1
+  echo "== $1 $3 (exit $?)" >> "$OUT/gapless.txt"
+  grep -E "^c=|stalls > |^first request" "$OUT/gapless-$1.log" >> "$OUT/gapless.txt" || tail -5 "$OUT/gapless-$1.log" >> "$OUT/gapless.txt"
+}
+
+e2e_gapless() {
+  local side
+  for side in ${GAPLESS_SIDES:-base head}; do
+    if [ "$side" = base ]; then
+      unpack_base /tmp/gapless-base "$OUT/gapless.txt" || return 1
+      e2e_gapless_run base /tmp/gapless-base "$(cat build/base.commit 2>/dev/null || echo base)"
+    elif [ -f build/head.tar ]; then
+      rm -rf /tmp/gapless-head && mkdir -p /tmp/gapless-head && tar -xf build/head.tar -C /tmp/gapless-head
+      e2e_gapless_run head /tmp/gapless-head "$(cat build/head.commit)"
+    else
+      e2e_gapless_run head "$PWD" "${QWEN3_TTS_COMMIT:-head}"
+    fi
+  done
+  cat "$OUT/gapless.txt"
+}
+
 e2e_ab() {
   unpack_base /tmp/ab-base "$OUT/ab.txt" || return 1
   ab_rounds e2e_ab_run /tmp/ab-base
@@ -371,6 +403,7 @@ for w in $which; do
       done ;;
     e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
     e2e-ab) install_wheels; random_checkpoint; e2e_ab ;;
+    e2e-gapless) install_wheels; random_checkpoint; e2e_gapless ;;
     e2e-clone) install_wheels; e2e_clone ;;
     e2e-design)   # the VoiceDesign workload (a voice described in words) on its own random checkpoint
       install_wheels

@@ -16,16 +16,18 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.parametrize("workload, stagger", [("custom-voice", False), ("clone-icl", True)])
 def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload, stagger):
     out = tmp_path / "e2e.json"
-    # the staggered run adds an open-loop Poisson level after each closed one
+    # the staggered run adds an open-loop Poisson level and a burst after each closed one, and names
+    # the tree whose stack it starts (an A/B base elsewhere; this tree here)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
-                           "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson"]
-                                                      if stagger else []),
+                           "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson,burst",
+                                                       "--stack-dir", str(ROOT)] if stagger else []),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["workload"] == workload and result["model"] == ("tiny-base" if workload == "clone-icl" else
                                                                    "tiny-custom-voice")
-    modes = ["closed", "poisson"] if stagger else ["burst"]
+    modes = ["closed", "poisson", "burst"] if stagger else ["burst"]
+    assert result["stack_dir"] == (str(ROOT) if stagger else "")
     assert [(row["concurrency"], row["arrivals"]) for row in result["levels"]] == [(c, m) for c in (1, 2)
                                                                                    for m in modes]
     assert result["stagger_starts"] is stagger
