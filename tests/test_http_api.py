@@ -222,3 +222,17 @@ def test_a_taken_http_port_is_one_line():
         result = run_module("gateway", *gateway_args(0, talker_port), "--http-host", "127.0.0.1", "--http-port",
                             str(port))
         assert_one_line_error(result, "gateway", f"HTTP port 127.0.0.1:{port} could not be bound", "in use")
+
+
+def test_the_page_ships_in_the_wheel():
+    """The Docker image installs a built wheel: the page's files must be package data."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    import gateway.http
+    root = Path(gateway.http.__file__).parent
+    globs = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "gateway.http"]
+    files = sorted(p.relative_to(root).as_posix() for p in (root / "static").iterdir())
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
