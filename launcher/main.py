@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address the gateway's gRPC port listens on")
     p.add_argument("--grpc-port", type=int, default=50051, help="gateway port; 0 picks a free one")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port; 0 picks a free one, -1 off")
-    p.add_argument("--http-port", type=int, default=-1,
+    p.add_argument("--http-port", type=int, default=8000,
                    help="OpenAI-compatible HTTP API, WebSocket and page (on --host); 0 picks a free one, -1 off")
     p.add_argument("--health-timeout-s", type=float, default=600.0, help="deadline for the stack to be SERVING")
     p.add_argument("--drain-grace-s", type=float, default=10.0)

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e .
 WORK=$(mktemp -d)
-$PY -m launcher --model "${MODEL:-tiny}" --device "${DEVICE:-cpu}" --grpc-port 0 --metrics-port -1 \
+$PY -m launcher --model "${MODEL:-tiny}" --device "${DEVICE:-cpu}" --grpc-port 0 --http-port 0 --metrics-port -1 \
     --work-dir "$WORK" --ready-file "$WORK/stack.json" &
 STACK=$!
 trap 'kill -TERM $STACK 2>/dev/null; wait $STACK 2>/dev/null || true' EXIT

@@ -77,4 +77,6 @@ class LauncherProcess(ServiceProcess):
     """`python -m launcher`: its children's logs and ready files land in the same `work_dir`."""
 
     def __init__(self, work_dir: Path, args: list[str]) -> None:
-        super().__init__(work_dir, "launcher", "launcher", ["--work-dir", str(work_dir), *args])
+        # The launcher serves HTTP on 8000 by default; tests ask for a port (0) or none, never a fixed one.
+        http = [] if any(a.startswith("--http-port") for a in args) else ["--http-port", "-1"]
+        super().__init__(work_dir, "launcher", "launcher", ["--work-dir", str(work_dir), *http, *args])

@@ -70,12 +70,13 @@ def test_health_checks_restart_policy_and_volumes(config):
     assert {"model-cache", "voices"} <= set(cfg["volumes"])
 
 
-def test_gateway_publishes_grpc_and_metrics(config):
+def test_gateway_publishes_grpc_http_and_metrics(config):
     _, cfg = config
     gateway = cfg["services"]["gateway"]
     targets = {p["target"] for p in gateway["ports"]}
     gateway_flags = flags(gateway)
-    assert targets == {int(gateway_flags["--grpc-port"]), int(gateway_flags["--metrics-port"])}
+    assert targets == {int(gateway_flags["--grpc-port"]), int(gateway_flags["--metrics-port"]),
+                       int(gateway_flags["--http-port"])}
     for role in ("talker", "vocoder"):
         assert "ports" not in cfg["services"][role], f"{role} is internal; publishing breaks replicas"
 

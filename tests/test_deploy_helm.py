@@ -108,7 +108,7 @@ def test_services_select_one_deployment_and_target_its_ports(rendered):
         headless = svc["spec"].get("clusterIP") == "None"
         assert headless == (role_of(svc) in ("talker", "vocoder")), f"{name} headless={headless}"
     gateway_ports = {p["name"] for p in services["tts-qwen3-tts-gateway"]["spec"]["ports"]}
-    assert gateway_ports == {"grpc", "metrics"}
+    assert gateway_ports == {"grpc", "http", "metrics"}
 
 
 def test_peers_are_discovered_through_headless_service_dns(rendered):
