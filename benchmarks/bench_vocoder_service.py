@@ -7,7 +7,7 @@ N synthetic streams start staggered over `--stagger-s`; each talker delivers `--
 at a fixed rate (`--rates-fps`; 0 = every frame available at once, which measures capacity: those
 runs start within `--capacity-stagger-s`, 0 by default). The
 engine batches their chunks exactly as in the server. Full-size decoder config with random weights
-(speed does not depend on the values) built on the GPU in bf16. Per run: audio-seconds per second
+(speed does not depend on the values) built on the GPU in the service's dtype (float16). Per run: audio-seconds per second
 of wall time, chunk latency (scheduled arrival of a chunk's oldest frame -> its PCM returned),
 first-chunk latency, graph hit rate and the batch-size histogram; plus first-chunk latency of a
 lone stream (batch 1). With --smoke the "graphs" mode runs the same padded static shapes eagerly
@@ -46,7 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="JSON results path")
     p.add_argument("--smoke", action="store_true", help="tiny config on CPU, short runs (checks the script)")
     p.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
-    p.add_argument("--dtype", default=None, help="default: bfloat16 (float32 with --smoke)")
+    p.add_argument("--dtype", default=None, help="default: float16, the service's on CUDA (float32 with --smoke)")
     p.add_argument("--streams", default="1,4,16,64,128")
     p.add_argument("--rates-fps", default="25,0", help="talker frames/s per stream; 0 = all frames at once")
     p.add_argument("--audio-s", type=float, default=10.0, help="audio per stream")
@@ -79,7 +79,7 @@ def parse_args(argv=None):
         args.streams, args.rates_fps, args.audio_s, args.stagger_s = "1,4", "25,0", 0.8, 0.1
         args.steady_chunk_frames, args.first_chunk_repeats = 4, 3
     args.device = args.device or "cuda"
-    args.dtype = args.dtype or "bfloat16"
+    args.dtype = args.dtype or "float16"
     return args
 
 

@@ -18,6 +18,7 @@ import soundfile
 import soxr
 
 from protos.tts.v1 import config_pb2
+from service_common.audio_samples import NO_FAULTS, SampleFaults, count_faults, is_clean, peak, repaired
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,9 @@ def streaming_wav_header(sample_rate_hz: int) -> bytes:
 
 
 def whole_file(pcm: np.ndarray, sample_rate_hz: int, encoding: int) -> bytes:
-    """A complete WAV or Ogg Opus file of mono float32 `pcm`."""
+    """A complete WAV or Ogg Opus file of mono float32 `pcm` (clamped to full scale: libsndfile
+    wraps float samples past +-1.0 around rather than clipping them)."""
+    pcm = np.clip(pcm, -1.0, 1.0)
     out = io.BytesIO()
     if encoding == E.AUDIO_ENCODING_WAV:
         soundfile.write(out, pcm, sample_rate_hz, format="WAV", subtype="PCM_16")
@@ -84,6 +87,9 @@ class _AppendSink(io.RawIOBase):
 class Encoded:
     audio: bytes
     num_samples: int       # output-rate samples this chunk accounts for
+    # samples of the chunk that were NaN/inf (encoded as 0) and at or past full scale (clamped unless
+    # the encoding is FLOAT32), as the encoder found them (service_common/audio_samples.py)
+    faults: SampleFaults = NO_FAULTS
 
 
 class StreamEncoder:
@@ -148,8 +154,20 @@ class StreamEncoder:
         raise ValueError(f"unknown audio encoding {enc}")
 
     def encode(self, pcm: np.ndarray, is_last: bool = False) -> Encoded:
-        """Encoded bytes of the next `pcm` chunk (may be empty for Opus until a page fills)."""
-        return self._encode(self._convert(pcm, is_last), is_last)
+        """Encoded bytes of the next `pcm` chunk (may be empty for Opus until a page fills).
+        Non-finite samples are encoded as 0: checked before the resampler, whose state a NaN would
+        poison for the rest of the stream. Samples at or past full scale are counted where they are
+        encoded (resampling can overshoot), and clamped for every integer encoding."""
+        pcm, faults = repaired(pcm)
+        converted = self._convert(pcm, is_last)
+        if converted is not pcm:   # resampled or stretched: count what is really encoded
+            clipped = 0 if is_clean(peak(converted)) else count_faults(converted).num_clipped
+            faults = SampleFaults(faults.num_nonfinite, clipped)
+        if faults.num_clipped and self.encoding != E.AUDIO_ENCODING_FLOAT32:
+            converted = np.clip(converted, -1.0, 1.0)
+        encoded = self._encode(converted, is_last)
+        encoded.faults = faults
+        return encoded
 
     def close(self) -> None:
         if self._opus is not None and not self._opus.closed:

@@ -5,6 +5,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from service_common.audio_samples import FaultLog, SampleFaults
 from service_common.startup import StartupError
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,27 @@ class GatewayMetrics:
         self.queue_depth = Gauge("tts_talker_queue_depth", "Requests queued in the talkers (heartbeat load)",
                                  registry=r)
         self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r)
+        # Audio that is not audio (service_common/audio_samples.py): chunks with NaN/inf samples, found by
+        # the vocoder or here, sent as 0; chunks with samples at or past full scale (clamped unless FLOAT32)
+        self.nonfinite_chunks = Counter("tts_audio_nonfinite_chunks", "Audio chunks with NaN/inf samples (sent as 0)",
+                                        registry=r)
+        self.nonfinite_samples = Counter("tts_audio_nonfinite_samples", "NaN/inf audio samples (sent as 0)",
+                                         registry=r)
+        self.clipped_chunks = Counter("tts_audio_clipped_chunks", "Audio chunks with samples at or past full scale",
+                                      registry=r)
+        self.clipped_samples = Counter("tts_audio_clipped_samples", "Audio samples at or past full scale (|x| >= 1)",
+                                       registry=r)
+        self.fault_log = FaultLog(logger, "audio")
+
+    def count_audio_faults(self, request_id: str, seq: int, faults: SampleFaults, num_samples: int) -> None:
+        """One faulty chunk of a request: counted, and logged (at most one line per 10 s)."""
+        if faults.num_nonfinite:
+            self.nonfinite_chunks.inc()
+            self.nonfinite_samples.inc(faults.num_nonfinite)
+        if faults.num_clipped:
+            self.clipped_chunks.inc()
+            self.clipped_samples.inc(faults.num_clipped)
+        self.fault_log.chunk(request_id, seq, faults, num_samples)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Starts the HTTP endpoint; returns the bound port (port 0 picks a free one)."""

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Callable
 
 import grpc
 import numpy as np
@@ -26,6 +27,7 @@ from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from protos import status, wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from protos.tts.v1 import config_pb2, tts_pb2
+from service_common.audio_samples import SampleFaults
 from service_common.playback import PlaybackClock
 
 logger = logging.getLogger(__name__)
@@ -42,7 +44,10 @@ def new_request_id() -> str:
 class Session:
     def __init__(self, backend: Backend, tokenizer: TextTokenizer, resolved: Resolved, talker: TalkerPeer,
                  max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
-                 idle_timeout_s: float, encoder: StreamEncoder | None = None) -> None:
+                 idle_timeout_s: float, encoder: StreamEncoder | None = None,
+                 on_audio_faults: Callable[[str, int, SampleFaults, int], None] | None = None) -> None:
+        """`on_audio_faults(request_id, seq, faults, num_samples)`: a chunk had NaN/inf samples (found by
+        the vocoder or the encoder, sent as 0) or samples at or past full scale (GatewayMetrics counts them)."""
         self.backend, self.resolved, self.talker = backend, resolved, talker
         self.request_id = request_id
         self.max_text_chars = max_text_chars
@@ -52,6 +57,7 @@ class Session:
         self.encoder = encoder or StreamEncoder(resolved.encoding, NATIVE_SAMPLE_RATE_HZ, resolved.sample_rate_hz,
                                                 resolved.speed)
         self.box: Mailbox = backend.open_mailbox(request_id, talker)
+        self.on_audio_faults = on_audio_faults
         self.num_text_messages = 0
         self.first_text_s: float | None = None
         self.first_audio_s: float | None = None
@@ -197,10 +203,16 @@ class Session:
         return text
 
     # ---- audio out -----------------------------------------------------------------------
-    def _audio_chunk(self, pcm, is_last: bool) -> tts_pb2.AudioChunk | None:
+    def _audio_chunk(self, pcm, is_last: bool, seq: int = 0,
+                     num_nonfinite_upstream: int = 0) -> tts_pb2.AudioChunk | None:
         t0 = time.perf_counter()
         encoded = self.encoder.encode(pcm, is_last)
         self.encode_ms += (time.perf_counter() - t0) * 1e3
+        faults = encoded.faults
+        if num_nonfinite_upstream:   # the vocoder's finds (already 0 in pcm); its clipped ones count here
+            faults = SampleFaults(faults.num_nonfinite + num_nonfinite_upstream, faults.num_clipped)
+        if faults and self.on_audio_faults is not None:
+            self.on_audio_faults(self.request_id, seq, faults, len(pcm))
         if not encoded.audio:
             return None
         chunk = tts_pb2.AudioChunk(audio=encoded.audio, sequence_number=self.num_chunks,
@@ -254,7 +266,8 @@ class Session:
                 if header.seq == 0:
                     vocoder_first_ms = header.timings.queue_ms + header.timings.decode_ms
                 pcm = event.array if event.array is not None else _EMPTY
-                chunk = self._audio_chunk(pcm, header.is_final)
+                chunk = self._audio_chunk(pcm, header.is_final, header.seq,
+                                          getattr(header, "num_nonfinite_samples", 0))
                 if chunk is not None:
                     yield tts_pb2.StreamSynthesizeResponse(audio=chunk)
                 if header.is_final:

@@ -17,6 +17,7 @@ from protos.tts.internal.v1 import vocoder_pb2
 
 # Shared by every non-final part; read-only by convention (nobody writes a received summary).
 _NO_SUMMARY = vocoder_pb2.GenerationSummary()
+_NO_FAULTS = (0, 0)
 
 
 class ChunkTimes(NamedTuple):
@@ -41,6 +42,9 @@ class PcmPart(NamedTuple):
     timings: ChunkTimes
     generation: vocoder_pb2.GenerationSummary   # the talker's summary on the final chunk, else empty
     pcm: np.ndarray          # float32 [num_samples], a read-only view on the received frame
+    # what the vocoder found in the chunk (PcmSampleFaults): NaN/inf samples it sent as 0, samples past +-1.0
+    num_nonfinite_samples: int = 0
+    num_clipped_samples: int = 0
 
 
 def split_pcm(header: vocoder_pb2.PcmBatch, arrays: wire.PcmArrays) -> list[PcmPart]:
@@ -54,6 +58,7 @@ def split_pcm(header: vocoder_pb2.PcmBatch, arrays: wire.PcmArrays) -> list[PcmP
         if final.chunk_index in finals:
             raise ValueError(f"PCM ends chunk {final.chunk_index} ({request_ids[final.chunk_index]!r}) twice")
         finals[final.chunk_index] = final.generation
+    faults = {f.chunk_index: (f.num_nonfinite_samples, f.num_clipped_samples) for f in header.sample_faults}
     rows = arrays.chunks.tolist()   # wire.PCM_CHUNK_COLUMNS per chunk
     parts, end = [], 0
     for index, (rid, (seq, offset, num_samples, num_frames, queue_us, decode_us, batch_size, is_graph)) \
@@ -63,5 +68,5 @@ def split_pcm(header: vocoder_pb2.PcmBatch, arrays: wire.PcmArrays) -> list[PcmP
         parts.append(PcmPart(rid, seq, offset, num_samples, num_frames, header.sample_rate_hz, generation is not None,
                              ChunkTimes(queue_us / 1e3, decode_us / 1e3, batch_size, bool(is_graph)),
                              _NO_SUMMARY if generation is None else generation,
-                             arrays.pcm[end - num_samples:end]))
+                             arrays.pcm[end - num_samples:end], *faults.get(index, _NO_FAULTS)))
     return parts

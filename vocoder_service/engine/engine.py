@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from service_common.audio_samples import NO_FAULTS, FaultLog, SampleFaults, repaired
 from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
 from vocoder_service.engine.codes import NUM_CODE_GROUPS, validate_codes
@@ -71,7 +72,10 @@ class VocoderEngine:
         self.streams: dict[str, StreamState] = {}
         self.batch_sizes = batch_buckets(config.max_slots)
         self.stats = {"opened": 0, "completed": 0, "aborted": 0, "failed": 0, "refused": 0,
-                      "frames_decoded": 0, "chunks_emitted": 0, "decode_calls": 0, "duplicates_dropped": 0}
+                      "frames_decoded": 0, "chunks_emitted": 0, "decode_calls": 0, "duplicates_dropped": 0,
+                      # chunks with NaN/inf samples (sent as 0) or samples at or past full scale (|x| >= 1)
+                      "nonfinite_chunks": 0, "nonfinite_samples": 0, "clipped_chunks": 0, "clipped_samples": 0}
+        self.fault_log = FaultLog(logger, "vocoder")
         # plan / gather / emit host time per step() that decoded something.
         self.host_times = HostTimes()
         self._covering_shape = getattr(runner, "covering_shape", None)
@@ -254,6 +258,10 @@ class VocoderEngine:
         emit_started = clock()
         decode_ms = (emit_started - started) * 1e3
         is_graph = pending.is_graph
+        # [bs, 2] non-finite and full-scale samples per row, counted on the device (a runner with
+        # launch()); None: every chunk is looked at on the host
+        row_faults = getattr(pending, "row_faults", None)
+        is_faulty = None if row_faults is None else row_faults.any(axis=1).tolist()   # [bs] bool
         self.stats["decode_calls"] += 1
         out: list[PcmOut | ErrorOut] = []
         for i, row in enumerate(batch.rows):
@@ -264,14 +272,33 @@ class VocoderEngine:
                 timing = ChunkTiming(*arrivals[i], decode_start_s, decode_ms, batch.batch_size, is_graph)
                 # A view, no copy: `pcm` is fresh per decode and lives as long as its chunks do.
                 chunk = pcm[i, : row.num_frames * spf]
-                out.append(self._emit(stream, chunk, row.is_final, row.num_frames, timing))
+                faults = NO_FAULTS
+                if is_faulty is None or is_faulty[i]:
+                    chunk, faults = self._checked(stream, chunk, None if row_faults is None else row_faults[i])
+                out.append(self._emit(stream, chunk, row.is_final, row.num_frames, timing, faults))
         self.host_times.add("emit", clock() - emit_started)
         return out
 
+    def _checked(self, stream: StreamState, chunk: np.ndarray, counts: np.ndarray | None):
+        """A chunk with NaN/inf or full-scale samples (device `counts` [2]), or not counted yet (None):
+        NaN/inf -> 0 in place and counted on the host (rare); clipped samples as the device counted
+        them (a random-weight decoder clips in every chunk: no host pass over those)."""
+        if counts is None or counts[0]:
+            chunk, faults = repaired(chunk)
+        else:
+            faults = SampleFaults(0, int(counts[1]))
+        if faults:
+            for kind, num in (("nonfinite", faults.num_nonfinite), ("clipped", faults.num_clipped)):
+                if num:
+                    self.stats[f"{kind}_chunks"] += 1
+                    self.stats[f"{kind}_samples"] += num
+            self.fault_log.chunk(stream.request_id, stream.pcm_seq, faults, len(chunk))
+        return chunk, faults
+
     def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool, num_frames: int = 0,
-              timing: ChunkTiming | None = None) -> PcmOut:
+              timing: ChunkTiming | None = None, faults=NO_FAULTS) -> PcmOut:
         chunk = PcmOut(stream.request_id, stream.reply_to, stream.pcm_seq, stream.num_samples_emitted, pcm,
-                       is_final, num_frames, timing)
+                       is_final, num_frames, timing, faults)
         stream.pcm_seq += 1
         stream.num_chunks_emitted += 1
         stream.num_samples_emitted += len(pcm)

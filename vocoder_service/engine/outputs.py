@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service_common.audio_samples import NO_FAULTS, SampleFaults
+
 
 class EngineError(Exception):
     """A request-level failure with a gRPC-style status name (INVALID_ARGUMENT, RESOURCE_EXHAUSTED...)."""
@@ -38,6 +40,7 @@ class PcmOut:
     is_final: bool
     num_frames: int = 0
     timing: ChunkTiming | None = None   # None for an empty closing chunk
+    faults: SampleFaults = NO_FAULTS    # what the engine found in pcm (non-finite ones are 0 by now)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from service_common.host_copy import HostCopy
 from vocoder_service.codec import Code2Wav, StreamingDecoder
 from vocoder_service.codec.validation import check_step_arrays
 from vocoder_service.runtime.compile_plan import CompilePlan, compile_step
-from vocoder_service.runtime.graphs import CaptureReport, GraphTable, PendingPcm, StepBody
+from vocoder_service.runtime.graphs import CaptureReport, GraphTable, PendingPcm, StepBody, row_fault_counts
 from vocoder_service.runtime.stats import RunnerStats
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class DecoderRunner:
             # the batches queued before this one
             pcm = self.decoder.step_unchecked(*(torch.from_numpy(a).to(self.device, non_blocking=True)
                                                 for a in (codes, slots, lengths))).float()
-            pending = PendingPcm(HostCopy(pcm), pcm.shape[1], is_graph=False)
+            pending = PendingPcm(HostCopy(pcm), pcm.shape[1], False, HostCopy(row_fault_counts(pcm)))
             times.add("launch", clock() - checked)
         times.count_call()
         self.last_step_is_graph = captured is not None
@@ -162,17 +162,20 @@ class DecoderRunner:
 
 
 class PendingDecode:
-    """A runner decode queued on the device; `wait()` -> host pcm, recording the call's stats."""
+    """A runner decode queued on the device; `wait()` -> host pcm, recording the call's stats; after
+    it `row_faults` holds each row's non-finite and full-scale sample counts [bs, 2], counted on the device."""
 
     def __init__(self, pcm: PendingPcm, stats: RunnerStats, batch_size: int, num_frames: int,
                  launched_s: float) -> None:
         self.pcm, self.stats, self.batch_size, self.num_frames = pcm, stats, batch_size, num_frames
         self.launched_s = launched_s
         self.is_graph = pcm.is_graph
+        self.row_faults: np.ndarray | None = None
 
     def wait(self) -> np.ndarray:
         waited_s = time.perf_counter()
         out = self.pcm.wait()
+        self.row_faults = self.pcm.row_faults()
         now_s = time.perf_counter()
         self.stats.host_times.add("wait", now_s - waited_s)
         # from launch to read-back: with several batches queued it includes those queued before

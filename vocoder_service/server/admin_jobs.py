@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from service_common.audio_samples import repaired
 from vocoder_service.engine.engine import ErrorOut, EngineError, PcmOut, VocoderEngine
 from vocoder_service.runtime.runner import DecoderRunner
 
@@ -114,6 +115,10 @@ class AdminDecodes:
             spf = self.runner.samples_per_frame
             pcm = self.runner.decode_offline(codes)[num_context_frames * spf:] if len(codes) > num_context_frames \
                 else np.zeros(0, np.float32)
+            pcm, faults = repaired(pcm)   # NaN/inf -> 0, as for streamed chunks (audio_samples.py)
+            if faults:
+                logger.warning("admin one-pass decode: %d non-finite samples (sent as 0), %d beyond full scale, of %d",
+                               faults.num_nonfinite, faults.num_clipped, len(pcm))
             job.future.set_result((pcm, (time.perf_counter() - started) * 1e3))
             return
         # Pieces of chunk_frames rows, context first (one piece may end the context and start the audio).

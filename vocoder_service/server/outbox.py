@@ -105,7 +105,8 @@ class Outbox:
                        summaries: list[vocoder_pb2.GenerationSummary | None]) -> None:
         """One PCM message carrying every chunk in `outs` (all for `reply_to`, one decode step):
         per-chunk numbers as arrays, the samples back to back in one float32 buffer, a PcmFinal
-        with the talker's summary (`summaries[i]`, may be None) per final chunk.
+        with the talker's summary (`summaries[i]`, may be None) per final chunk, a PcmSampleFaults
+        per chunk in which the engine found samples that are not audio.
         Raises zmq.Again when the gateway's queue is full, ValueError for a bad address."""
         header = vocoder_pb2.PcmBatch(sample_rate_hz=self.sample_rate_hz, request_ids=[o.request_id for o in outs])
         rows: list[tuple] = []   # wire.PCM_CHUNK_COLUMNS per chunk
@@ -117,6 +118,9 @@ class Outbox:
                 rows.append((out.seq, out.sample_offset, len(out.pcm), out.num_frames,
                              round(max(0.0, timing.decode_start_s - timing.newest_frame_s) * 1e6),
                              round(timing.decode_ms * 1e3), timing.batch_size, int(timing.is_graph)))
+            if out.faults:
+                header.sample_faults.add(chunk_index=index, num_nonfinite_samples=out.faults.num_nonfinite,
+                                         num_clipped_samples=out.faults.num_clipped)
             if out.is_final:
                 final = header.finals.add(chunk_index=index)
                 if summaries[index] is not None:

@@ -67,4 +67,6 @@ def vocoder_stats(*, peer_id: str, model: str, uptime_s: float, engine: VocoderE
         chunk_frames_histogram=dict(runner_stats.chunk_frames_histogram),
         graphs=graphs, num_frames_decoded=counters["frames_decoded"],
         audio_s_emitted=server_stats.audio_s_emitted, talkers=talkers,
+        num_nonfinite_chunks=counters["nonfinite_chunks"], num_nonfinite_samples=counters["nonfinite_samples"],
+        num_clipped_chunks=counters["clipped_chunks"], num_clipped_samples=counters["clipped_samples"],
     )

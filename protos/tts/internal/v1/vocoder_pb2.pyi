@@ -68,14 +68,26 @@ class PcmFinal(_message.Message):
     generation: GenerationSummary
     def __init__(self, chunk_index: _Optional[int] = ..., generation: _Optional[_Union[GenerationSummary, _Mapping]] = ...) -> None: ...
 
+class PcmSampleFaults(_message.Message):
+    __slots__ = ("chunk_index", "num_nonfinite_samples", "num_clipped_samples")
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_NONFINITE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLIPPED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    chunk_index: int
+    num_nonfinite_samples: int
+    num_clipped_samples: int
+    def __init__(self, chunk_index: _Optional[int] = ..., num_nonfinite_samples: _Optional[int] = ..., num_clipped_samples: _Optional[int] = ...) -> None: ...
+
 class PcmBatch(_message.Message):
-    __slots__ = ("sample_rate_hz", "request_ids", "finals", "arrays")
+    __slots__ = ("sample_rate_hz", "request_ids", "finals", "arrays", "sample_faults")
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     FINALS_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_FAULTS_FIELD_NUMBER: _ClassVar[int]
     sample_rate_hz: int
     request_ids: _containers.RepeatedScalarFieldContainer[str]
     finals: _containers.RepeatedCompositeFieldContainer[PcmFinal]
     arrays: _containers.RepeatedCompositeFieldContainer[_common_pb2.ArraySpec]
-    def __init__(self, sample_rate_hz: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., finals: _Optional[_Iterable[_Union[PcmFinal, _Mapping]]] = ..., arrays: _Optional[_Iterable[_Union[_common_pb2.ArraySpec, _Mapping]]] = ...) -> None: ...
+    sample_faults: _containers.RepeatedCompositeFieldContainer[PcmSampleFaults]
+    def __init__(self, sample_rate_hz: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., finals: _Optional[_Iterable[_Union[PcmFinal, _Mapping]]] = ..., arrays: _Optional[_Iterable[_Union[_common_pb2.ArraySpec, _Mapping]]] = ..., sample_faults: _Optional[_Iterable[_Union[PcmSampleFaults, _Mapping]]] = ...) -> None: ...
