@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -58,9 +59,46 @@ def test_concurrent_first_use_is_safe(tmp_path):
     assert (results[0] / "speech_tokenizer/model.safetensors").is_file()
 
 
-def test_cache_key_follows_generator_sources():
-    assert files.tiny_source_hash() == files.tiny_source_hash()
-    assert len(files.tiny_source_hash()) == 12
+def test_cache_key_follows_generator_sources(tmp_path, monkeypatch):
+    key = files.tiny_source_hash()
+    assert len(key) == 12 and files.tiny_source_hash() == key          # stable while nothing changes
+    cached = tmp_path / "tiny" / f"tiny-base-seed0-{key}"
+    cached.mkdir(parents=True)
+    assert resolve_model_dir("tiny-base", tmp_path) == cached           # served: nothing generated
+    # an edit of any one generator source gives a key of its own ...
+    package_dir = Path(files.__file__).resolve().parent
+    read_bytes = Path.read_bytes
+    keys = {key}
+    for name in files._TINY_SOURCES:
+        edited = package_dir / name
+        monkeypatch.setattr(Path, "read_bytes", lambda path, edited=edited: read_bytes(path) + (
+            b"# edited\n" if path == edited else b""))
+        keys.add(files.tiny_source_hash())
+    assert len(keys) == 1 + len(files._TINY_SOURCES)
+    # ... so the cache entry is missed and the checkpoint made anew (under the last edit's key)
+    made = []
+    monkeypatch.setattr("checkpoint.tiny.make_tiny_checkpoint",
+                        lambda out, model_type, **kw: made.append(model_type) or (out / "config.json").write_text("{}"))
+    fresh = resolve_model_dir("tiny-base", tmp_path)
+    assert made == ["base"] and fresh != cached and fresh.name == f"tiny-base-seed0-{files.tiny_source_hash()}"
+    assert (fresh / "config.json").is_file()
+
+
+def test_every_checkpoint_module_the_generator_imports_is_in_the_key():
+    """A module of `checkpoint` that tiny.py reaches but the key does not hash would let an edit of
+    it serve a stale cached checkpoint."""
+    from import_graph import build_graph
+
+    graph = build_graph(Path(files.__file__).resolve().parents[1], ["checkpoint"])
+    reached, todo = set(), ["checkpoint.tiny"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph.edges.get(module, ()))
+    sources = {f"checkpoint.{name[:-3]}" for name in files._TINY_SOURCES}
+    missing = reached - sources - {"checkpoint.errors"}   # exception classes: no byte of the checkpoint
+    assert "checkpoint.tiny_init" in reached and not missing, sorted(missing)
 
 
 def test_unreachable_hub_is_a_clear_error(tmp_path, monkeypatch):
