@@ -64,6 +64,11 @@ class EngineConfig:
     prefill_token_budget: int = 1024   # 32 short prompts (32-position bucket) in one step
     prefill_token_buckets: tuple[int, ...] = ()   # prompt-length buckets; empty: 16, 32, ... up to the chunk
     max_queued: int = 64               # admitted requests waiting for a slot; beyond: RESOURCE_EXHAUSTED
+    # > 0: a step prefills only what fits into the running streams' smallest slack (audio ahead of a
+    # real-time listener) less two decode steps and this margin; arrivals wait, at most
+    # cadence_max_hold_ms (engine/cadence.py, issue #36). 0: off (the token budget alone bounds a step)
+    cadence_margin_ms: float = 0.0
+    cadence_max_hold_ms: float = 500.0
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: decode_batch_buckets()
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
@@ -92,7 +97,7 @@ class EngineConfig:
         for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens", "prefill_chunk_tokens"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_queued", "graph_max_batch"):
+        for name in ("max_queued", "graph_max_batch", "cadence_margin_ms", "cadence_max_hold_ms"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(size < 1 or size > self.max_slots for size in self.batch_buckets):

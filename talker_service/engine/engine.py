@@ -16,6 +16,7 @@ everything a next owner queues runs after those rows on the same stream.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ import numpy as np
 import torch
 
 from service_common.host_copy import HostCopy
+from talker_service.engine.cadence import CadenceGuard
 from talker_service.engine.config import EngineConfig
-from talker_service.engine.prefill_plan import PrefillJob, plan_step
+from talker_service.engine.prefill_plan import KINDS, PrefillJob, plan_step
 from talker_service.engine.prefiller import PendingPrefill, PrefillChunk
 from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest, ErrorOut, FramesOut, RequestState
 from talker_service.engine.runner import ModelRunner
@@ -53,6 +55,7 @@ class LaunchedPrefill:
     finishing: list[EngineRequest]
     codes: PendingPrefill
     start_s: float
+    padded_tokens: int = 0   # positions the forwards run, padding included (the cadence guard's rate)
 
 
 class _EitherOf:
@@ -88,6 +91,11 @@ class TalkerEngine:
         self._to_read: LaunchedDecode | None = None      # the one before it: decode_phase reads it
         # streams whose frames are all launched (frame limit): they end when the last is read
         self._all_launched: set[Hashable] = set()
+        # prefill only what the running streams' slack allows (cadence.py); None: off
+        self.cadence = (CadenceGuard(self.config.cadence_margin_ms / 1e3, self.config.cadence_max_hold_ms / 1e3)
+                        if self.config.cadence_margin_ms > 0 else None)
+        self.num_prefill_held_steps = 0   # steps that had prompts to prefill and ran none (cadence)
+        self._step_has_prefill = False
 
     # ---- requests in ------------------------------------------------------------------------
     def add_request(self, request_id: Hashable, prompt: PromptRequest, feed: TextFeed,
@@ -199,6 +207,7 @@ class TalkerEngine:
         self.launched_bucket = 0
         self.admit()
         prefill = self._launch_prefill() if self._prefilling else None
+        self._step_has_prefill = prefill is not None
         if self.async_decode:
             if self._to_read is not None:
                 raise RuntimeError("prefill_phase() called twice without decode_phase()")
@@ -219,7 +228,10 @@ class TalkerEngine:
         if launched is None:
             return self._collect()
         outs = self._read_decode(launched)
-        self.stats.step_time.add((self.clock() - self._step_start_s) * 1e3)
+        step_s = self.clock() - self._step_start_s
+        self.stats.step_time.add(step_s * 1e3)
+        if self.cadence is not None and not self._step_has_prefill:
+            self.cadence.observe_decode(step_s)
         return self._collect() + outs
 
     def _start_prefills(self, requests: list[EngineRequest]) -> None:
@@ -258,13 +270,31 @@ class TalkerEngine:
         for (request, _), prompt_embeds in zip(starting, embeds):
             self._prefilling[request.request_id] = PrefillJob(request, request.prompt_len, prompt_embeds)
 
-    def _launch_prefill(self) -> LaunchedPrefill:
+    def _prefill_shapes(self, now_s: float):
+        """The prefill shapes with this step's token budget: all of it, or (cadence guard) what the
+        running streams' slack leaves."""
+        shapes = self.runner.prefill_shapes
+        if self.cadence is None:
+            return shapes
+        slacks = (CadenceGuard.slack_s(r.first_frame_s, r.num_frames, now_s) for rid, r in self.scheduler.running.items()
+                  if r.first_frame_s and rid not in self._prefilling and r.feed.is_step_ready)
+        oldest_wait_s = now_s - min(job.key.arrival_s for job in self._prefilling.values())
+        budget = self.cadence.token_budget(slacks, shapes.token_budget, oldest_wait_s)
+        return shapes if budget >= shapes.token_budget else dataclasses.replace(shapes, token_budget=budget)
+
+    def _launch_prefill(self) -> LaunchedPrefill | None:
         """This step's prompt chunks (within the token budget), queued; a prompt's last chunk gives
-        its first frame, in flight from here: the stream joins this step's decode already."""
+        its first frame, in flight from here: the stream joins this step's decode already. None: the
+        cadence guard holds every prompt back this step."""
         start_s = self.clock()
-        plan = plan_step(list(self._prefilling.values()), self.runner.prefill_shapes)
+        shapes = self._prefill_shapes(start_s)
+        plan = plan_step(list(self._prefilling.values()), shapes)
+        if not plan:
+            self.num_prefill_held_steps += 1
+            return None
         chunks = [PrefillChunk(job.key.slot, job.embeds[job.done:job.done + n], job.done, job.done + n == job.length)
                   for job, n in plan]
+        padded = sum(shapes.cost([n for job, n in plan if job.kind == kind]) for kind in KINDS)
         codes = self.runner.launch_prefill(chunks)
         self.stats.num_prefill_chunks += len(chunks)
         finishing = []
@@ -275,12 +305,14 @@ class TalkerEngine:
                 del self._prefilling[request.request_id]
                 self._launched_frame(request)
                 finishing.append(request)
-        return LaunchedPrefill(finishing, codes, start_s)
+        return LaunchedPrefill(finishing, codes, start_s, padded)
 
     def _read_prefill(self, prefill: LaunchedPrefill) -> None:
         codes = prefill.codes.wait(self.runner.wait_clock)   # [k, 16]: one row per prompt that ended
         end_s = self.clock()
         self.stats.prefill_time.add((end_s - prefill.start_s) * 1e3)
+        if self.cadence is not None:
+            self.cadence.observe_prefill(prefill.padded_tokens, end_s - prefill.start_s)
         for request, row in zip(prefill.finishing, codes):
             request.prefill_ms = (end_s - request.prefill_start_s) * 1e3
             self._read_frame(request, row)

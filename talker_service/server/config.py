@@ -40,6 +40,8 @@ class TalkerServiceConfig:
     warm_up: str = "auto"                # every serving shape run once before SERVING: auto (CUDA), on, off
     async_decode: str = "auto"           # queue decode step N+1 before reading step N back: auto (CUDA), on, off
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
+    cadence_margin_ms: float = 0.0       # > 0: prefill arrivals only within the running streams' slack less
+    cadence_max_hold_ms: float = 500.0   # this margin, each held at most this long (engine/cadence.py); 0: off
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
@@ -116,7 +118,8 @@ class TalkerServiceConfig:
                             prefill_token_budget=self.prefill_token_budget,
                             prefill_token_buckets=self.prefill_token_buckets,
                             warm_up=ON_OFF_AUTO[self.warm_up], async_decode=ON_OFF_AUTO[self.async_decode],
-                            max_queued=self.max_queued or 64,
+                            max_queued=self.max_queued or 64, cadence_margin_ms=self.cadence_margin_ms,
+                            cadence_max_hold_ms=self.cadence_max_hold_ms,
                             batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
                             decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
                             graph_max_batch=self.graph_max_batch, kv_memory_fraction=self.kv_memory_fraction)
