@@ -1,0 +1,168 @@
+"""The HTTP face against gRPC on one stack: time to first audio and throughput seen by the client.
+
+Starts the stack (`python -m launcher --http-port 0`), then per concurrency level runs the same
+streams through StreamSynthesize (gRPC, whole text) and through POST /v1/audio/speech (HTTP,
+response_format pcm, chunked), alternating the two transports for --rounds rounds so drift hits
+both alike. Every stream is fixed length (min_frames = max_frames), 24 kHz PCM16, fixed seeds.
+TTFA is the time from sending the request to the first audio bytes, at the client. Writes JSON
+(GPU name, commit, config) and prints a table.
+
+    python benchmarks/bench_http_vs_grpc.py --smoke                         # CPU, tiny, seconds
+    python benchmarks/bench_http_vs_grpc.py --model <1.7B dir> --device cuda --concurrency 1,64
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.commit import git_commit  # noqa: E402
+from client import TtsClient, make_config  # noqa: E402
+from protos.tts.v1 import config_pb2  # noqa: E402
+
+TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet green forest."
+BYTES_PER_AUDIO_S = 24000 * 2
+
+
+async def grpc_stream(client: TtsClient, seed: int, frames: int, voice: str) -> dict:
+    config = make_config(voice, language="english", seed=seed, max_frames=frames, min_frames=frames,
+                         text_mode=config_pb2.TEXT_MODE_NON_STREAMING)
+    t0 = time.perf_counter()
+    first_s, num_bytes = None, 0
+    async for response in client.stream([TEXT], config):
+        if response.HasField("audio"):
+            first_s = first_s if first_s is not None else time.perf_counter() - t0
+            num_bytes += len(response.audio.audio)
+    return {"ttfa_ms": first_s * 1e3, "wall_s": time.perf_counter() - t0, "audio_s": num_bytes / BYTES_PER_AUDIO_S}
+
+
+async def http_stream(http, url: str, seed: int, frames: int, voice: str) -> dict:
+    body = {"model": "tts-1", "voice": voice, "input": TEXT, "response_format": "pcm", "language": "english",
+            "seed": seed, "sampling": {"max_frames": frames, "min_frames": frames}}
+    t0 = time.perf_counter()
+    first_s, num_bytes = None, 0
+    async with http.stream("POST", url, json=body) as reply:
+        if reply.status_code != 200:
+            raise RuntimeError(f"HTTP {reply.status_code}: {(await reply.aread())[:300]!r}")
+        async for chunk in reply.aiter_raw():
+            first_s = first_s if first_s is not None else time.perf_counter() - t0
+            num_bytes += len(chunk)
+    return {"ttfa_ms": first_s * 1e3, "wall_s": time.perf_counter() - t0, "audio_s": num_bytes / BYTES_PER_AUDIO_S}
+
+
+async def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str) -> dict:
+    import httpx
+    seeds = iter(range(num_streams))
+    rows: list[dict] = []
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with TtsClient(grpc_target) as client, httpx.AsyncClient(timeout=600, limits=limits) as http:
+        async def worker():
+            for seed in seeds:
+                if transport == "grpc":
+                    rows.append(await grpc_stream(client, seed, args.frames, args.voice))
+                else:
+                    rows.append(await http_stream(http, f"{http_url}/v1/audio/speech", seed, args.frames, args.voice))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall_s = time.perf_counter() - t0
+    ttfa = np.array([r["ttfa_ms"] for r in rows])
+    return {"transport": transport, "concurrency": concurrency, "streams": len(rows),
+            "ttfa_p50_ms": float(np.percentile(ttfa, 50)), "ttfa_p95_ms": float(np.percentile(ttfa, 95)),
+            "audio_s_per_s": sum(r["audio_s"] for r in rows) / wall_s,
+            "audio_s_per_stream": sorted({round(r["audio_s"], 4) for r in rows}),
+            "rtf_p50": float(np.median([r["wall_s"] / r["audio_s"] for r in rows])), "wall_s": wall_s}
+
+
+def start_stack(args, work: Path) -> tuple[subprocess.Popen, dict]:
+    ready = work / "ready.json"
+    cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
+           "--http-port", "0", "--metrics-port", "-1", "--work-dir", str(work), "--ready-file", str(ready),
+           "--health-timeout-s", "900", f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
+    cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.monotonic() + 900
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"stack did not start; see {work}")
+        time.sleep(0.2)
+    return proc, json.loads(ready.read_text())
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:   # torch missing or broken: the name is only a label
+        return "unknown"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--voice", default="vivian")
+    p.add_argument("--concurrency", default="1,64", type=lambda s: [int(x) for x in s.split(",")])
+    p.add_argument("--streams-per-level", type=int, default=0, help="default: max(8, 2 x concurrency)")
+    p.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s)")
+    p.add_argument("--rounds", type=int, default=2, help="grpc/http alternations per level")
+    p.add_argument("--talker-arg", action="append", default=[])
+    p.add_argument("--vocoder-arg", action="append", default=[])
+    p.add_argument("--out", default="bench_http_vs_grpc.json")
+    p.add_argument("--smoke", action="store_true", help="tiny model on CPU, a few short streams")
+    args = p.parse_args()
+    if args.smoke:
+        args.concurrency, args.frames, args.rounds, args.streams_per_level = [1, 2], 6, 1, 2
+        args.talker_arg += ["--cpu-threads=1"]
+        args.vocoder_arg += ["--cpu-threads=1"]
+    work = Path(tempfile.mkdtemp(prefix="bench-http-"))
+    proc, ready = start_stack(args, work)
+    rows = []
+    try:
+        # warm-up: graphs, caches and the first-request paths of both transports
+        asyncio.run(run_level("grpc", 1, 2, args, ready["grpc_target"], ready["http_url"]))
+        asyncio.run(run_level("http", 1, 2, args, ready["grpc_target"], ready["http_url"]))
+        for concurrency in args.concurrency:
+            num_streams = args.streams_per_level or max(8, 2 * concurrency)
+            for round_index in range(args.rounds):
+                for transport in ("grpc", "http"):
+                    row = asyncio.run(run_level(transport, concurrency, num_streams, args, ready["grpc_target"],
+                                                ready["http_url"]))
+                    row["round"] = round_index
+                    rows.append(row)
+                    print(f"{transport:4s} c={concurrency:<4d} round {round_index}: TTFA p50 {row['ttfa_p50_ms']:.1f} "
+                          f"p95 {row['ttfa_p95_ms']:.1f} ms, {row['audio_s_per_s']:.1f} audio-s/s, "
+                          f"RTF p50 {row['rtf_p50']:.3f}", flush=True)
+                    Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
+    finally:
+        proc.send_signal(2)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    result = {"gpu": gpu_name(), "commit": git_commit(), "model": args.model, "device": args.device,
+              "frames": args.frames, "voice": args.voice, "concurrency": args.concurrency, "rounds": args.rounds,
+              "rows": rows}
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print("\n| transport | streams | TTFA p50 / p95 ms (median of rounds) | audio-s/s |\n|---|---|---|---|")
+    for concurrency in args.concurrency:
+        for transport in ("grpc", "http"):
+            mine = [r for r in rows if r["transport"] == transport and r["concurrency"] == concurrency]
+            print(f"| {transport} | {concurrency} | {np.median([r['ttfa_p50_ms'] for r in mine]):.1f} / "
+                  f"{np.median([r['ttfa_p95_ms'] for r in mine]):.1f} | "
+                  f"{np.median([r['audio_s_per_s'] for r in mine]):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
