@@ -59,6 +59,8 @@
 #                            alternated AB_ROUNDS (2) times at AB_LEVELS (256), each run at most
 #                            AB_RUN_TIMEOUT_S (240) s (a fresh machine's first stack compiles its
 #                            kernels: 150 s was too short); one line per run in ab.txt, the JSONs ab-*.json
+#   http-vs-grpc             issue #37: TTFA and audio-s/s through POST /v1/audio/speech (pcm, chunked) against
+#                            StreamSynthesize on one stack, alternated HTTP_ROUNDS (2) times at HTTP_LEVELS (1,64)
 #   e2e-gapless              issue #36: the stack of build/base.tar (scripts/ab_base.sh COMMIT; carry "build")
 #                            then this one, both driven by this tree's bench_e2e (stalls as the client hears
 #                            them) at GAPLESS_LEVELS (64,256), arrivals GAPLESS_ARRIVALS (closed staggered,
@@ -404,6 +406,9 @@ for w in $which; do
     e2e-mps) install_wheels; random_checkpoint; e2e_mps ;;
     e2e-ab) install_wheels; random_checkpoint; e2e_ab ;;
     e2e-gapless) install_wheels; random_checkpoint; e2e_gapless ;;
+    http-vs-grpc) install_wheels; random_checkpoint
+      python3 benchmarks/bench_http_vs_grpc.py --model "$CKPT" --device cuda --concurrency "${HTTP_LEVELS:-1,64}" \
+        --rounds "${HTTP_ROUNDS:-2}" --out "$OUT/http-vs-grpc.json" 2>&1 | tee "$OUT/http-vs-grpc.log" ;;
     e2e-clone) install_wheels; e2e_clone ;;
     e2e-design)   # the VoiceDesign workload (a voice described in words) on its own random checkpoint
       install_wheels
