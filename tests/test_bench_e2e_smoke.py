@@ -2,15 +2,21 @@
 fixed length it asked for (min_frames = max_frames keeps end of speech from being sampled)."""
 from __future__ import annotations
 
+import bisect
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from talker_service.engine.config import decode_batch_buckets
+from talker_service.server.config import CPU_DEFAULT_SLOTS
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(300)
+BUCKETS = decode_batch_buckets(CPU_DEFAULT_SLOTS)   # the smoke stack's talker: CPU defaults, no --max-slots
 
 
 @pytest.mark.parametrize("workload, stagger", [("custom-voice", False), ("clone-icl", True)])
@@ -74,11 +80,16 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert all(phase["count"] == talker["host_time"]["count"] for phase in phases.values())
         assert sum(phase["mean_ms"] for phase in phases.values()) == pytest.approx(talker["host_time"]["mean_ms"],
                                                                                     rel=1e-3, abs=0.01)
-        # ... and filed under the batch bucket each iteration launched (0: none), one sample each
-        by_batch = talker["host_time_by_batch"]
-        assert sum(w["count"] for w in by_batch.values()) == talker["host_time"]["count"]
-        assert all(int(b) >= 0 for b in by_batch) and any(int(b) > 0 for b in by_batch)
-        assert talker["num_prefill_graph_steps"] + talker["num_prefill_eager_steps"] >= 0
+        # ... and filed under the batch bucket each iteration launched (0: none), one sample each:
+        # each decode step's under its size's bucket, the iterations that only prefilled under 0
+        by_batch = {int(b): w["count"] for b, w in talker["host_time_by_batch"].items()}
+        expected = Counter({0: talker["host_time"]["count"] - talker["step_time"]["count"]})
+        for size, num_steps in talker["batch_size_histogram"].items():
+            expected[BUCKETS[bisect.bisect_left(BUCKETS, int(size))]] += num_steps
+        assert by_batch == {b: n for b, n in expected.items() if n}
+        # no prefill graphs on CPU: every prefill forward ran eagerly, and the level had prompts
+        assert talker["num_prefill_graph_steps"] == 0 and talker["num_prefill_eager_steps"] >= 1
+        assert talker["prefill_hit_rate"] == 0.0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
                                        "vocoder_decode_ms", "encode_ms", "voice_encode_ms"]
