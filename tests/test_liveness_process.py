@@ -25,6 +25,7 @@ WAIT_S = 30.0
 TALKER_TIMEOUT_S = 1.5
 PARK_S = 3 * TALKER_TIMEOUT_S
 ATOL = 2e-5
+SAMPLES_PER_FRAME = 1920
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +70,25 @@ def wait_first_audio(gateway: GatewayStandIn, request_id: str) -> None:
         gateway.pump(50)
 
 
+def wait_audio_samples(gateway: GatewayStandIn, request_id: str, num_samples: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (got := gateway.received.get(request_id)) is None or len(got.audio()) < num_samples:
+        assert time.monotonic() < deadline, f"{request_id}: not {num_samples} samples within {WAIT_S} s"
+        assert got is None or got.error is None, got.error
+        gateway.pump(50)
+    assert len(got.audio()) == num_samples and not got.chunks[-1].is_final
+
+
 def test_request_parked_past_the_talker_timeout_still_completes(stack, synth):
     gateway = stack["gateway"]
     text = ids_of(synth, "The quick brown fox jumps over the lazy dog.")
-    gateway.start("parked", **start_fields(synth, 31, 16, text[:3], complete=False))
+    leading = text[:3]
+    gateway.start("parked", **start_fields(synth, 31, 16, leading, complete=False))
     gateway.reply("parked", wire.MessageType.ACK, WAIT_S)
-    wait_first_audio(gateway, "parked")
-    settle_until = time.monotonic() + 0.5              # frames made from the leading text come in
-    while time.monotonic() < settle_until:
-        gateway.pump(50)
+    # Streaming text: the prefill takes t1 and each decode step one more text token, so the leading
+    # text makes exactly len(leading) frames before the talker parks; wait until all their audio
+    # is here (the vocoder decodes a partial chunk after --max-wait-ms), however slow the machine.
+    wait_audio_samples(gateway, "parked", len(leading) * SAMPLES_PER_FRAME)
     num_chunks = len(gateway.received["parked"].chunks)
     park_until = time.monotonic() + PARK_S            # an LLM pausing: no text, so no frames either
     while time.monotonic() < park_until:
@@ -95,7 +106,7 @@ def test_request_parked_past_the_talker_timeout_still_completes(stack, synth):
         codes = synth.generate_codes([request])[0]
         pcm = synth.decode(codes)
     audio = got.audio()
-    assert len(audio) == len(pcm) == codes.shape[0] * 1920 > 0
+    assert len(audio) == len(pcm) == codes.shape[0] * SAMPLES_PER_FRAME > 0
     assert np.abs(audio - pcm).max() <= ATOL
 
 
