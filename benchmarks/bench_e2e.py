@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +153,7 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
         warm = await one_stream(client, 0, args, config_for)  # warm-up; its wall time sets the stagger
         total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
         results: list[dict] = []
+        refused: list[str] = []   # RESOURCE_EXHAUSTED details of open-loop arrivals turned away
         rate_hz = None
         if arrivals == "poisson":
             rate_hz = concurrency / (stream_wall_s or warm["wall_s"])
@@ -159,7 +161,12 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
 
             async def arrival(seed: int, offset_s: float):
                 await asyncio.sleep(offset_s)
-                results.append(await one_stream(client, 1000 + seed, args, config_for))
+                try:
+                    results.append(await one_stream(client, 1000 + seed, args, config_for))
+                except grpc.aio.AioRpcError as exc:   # an open loop can outrun the service: counted
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    refused.append(exc.details())
 
             jobs = [arrival(seed, offset_s) for seed, offset_s in enumerate(poisson_offsets_s(total, rate_hz))]
         else:
@@ -181,7 +188,8 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
     if arrivals == "closed" and not period_s:   # (a burst whatever it was called)
         arrivals = "burst"
-    return {"concurrency": concurrency, "arrivals": arrivals, "num_streams": len(results), "wall_s": wall_s,
+    return {"concurrency": concurrency, "arrivals": arrivals, "num_streams": len(results),
+            "num_refused": len(refused), "refused_reasons": sorted(set(refused)), "wall_s": wall_s,
             "stagger_period_s": period_s, "arrival_rate_hz": rate_hz,
             "mean_open_streams": mean_open_streams(results, wall_s),
             "mean_stream_wall_s": float(np.mean([r["wall_s"] for r in results])),
@@ -200,7 +208,7 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
     ready = work / "ready.json"
     cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
            "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
-           f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
+           f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
     cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
     stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
     proc = subprocess.Popen(cmd, cwd=stack_dir, env=dict(os.environ, PYTHONPATH=str(stack_dir)))
@@ -295,7 +303,8 @@ def main() -> int:
                   f"{row['client_ttfa_ms_p95']:.1f}) | RTF p50 "
                   f"{row['rtf_p50']:.3f} p95 {row['rtf_p95']:.3f} max {row['rtf_max']:.3f} | "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s", flush=True)
-            print(f"        {row['arrivals']} ({row['mean_open_streams']:.1f} open on average): stalls > 50 ms in "
+            print(f"        {row['arrivals']} ({row['mean_open_streams']:.1f} open on average, {row['num_refused']} "
+                  f"refused): stalls > 50 ms in "
                   f"{stalls['streams_stall_over_50ms']} of {stalls['num_streams']} streams, > 100 ms in "
                   f"{stalls['streams_stall_over_100ms']}, longest {stalls['longest_stall_ms']:.1f} ms (server: "
                   f"{stalls['server_streams_with_stalls']} streams, longest {stalls['server_longest_stall_ms']:.1f})",

@@ -42,7 +42,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
     for row in result["levels"]:
         assert (row["stagger_period_s"] > 0) is (row["arrivals"] == "closed"), row["arrivals"]
         assert (row["arrival_rate_hz"] is not None) is (row["arrivals"] == "poisson")
-        assert 0 < row["mean_open_streams"] <= row["num_streams"]
+        assert 0 < row["mean_open_streams"] <= row["num_streams"] and row["num_refused"] == 0
         # stalls as the client heard them, with the servers' own count beside them
         stalls = row["stalls"]
         assert stalls["num_streams"] == row["num_streams"]
