@@ -143,7 +143,7 @@ def test_cancel_mid_stream_frees_talker_and_vocoder_state(stack):
             call.cancel()
 
     run(body())
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60   # polled: a margin for a loaded machine, no cost when it is not
     while True:
         talker = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub)
         vocoder = _stats(vocoder_port, admin_pb2_grpc.VocoderAdminStub)
@@ -232,19 +232,19 @@ def test_max_frames_over_the_context_is_refused_naming_the_field_and_limit(stack
 
 def test_unary_request_over_the_audio_limit_is_refused_before_any_work(stack):
     talker_port = json.loads((stack["work"] / "talker.ready.json").read_text())["grpc_port"]
-    before = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests.num_started
+    before = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests
     long_text = "This sentence is repeated to make a long text for one reply. " * 8
 
     async def body():
         async with TtsClient(stack["grpc_target"]) as client:
-            t0 = time.monotonic()
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await client.synthesize(long_text, budget_config(encoding=config_pb2.AUDIO_ENCODING_FLOAT32),
                                         timeout_s=30)
-            return info.value, time.monotonic() - t0
+            return info.value
 
-    err, elapsed_s = run(body())
+    err = run(body())
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "StreamSynthesize" in err.details() and "config.sampling.max_frames <=" in err.details()
-    assert elapsed_s < 1.0, elapsed_s
-    assert _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests.num_started == before
+    # before any work: the talker never heard of it (no start, no refusal), which no timing can say
+    after = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub).requests
+    assert (after.num_started, after.num_refused) == (before.num_started, before.num_refused)
