@@ -67,7 +67,8 @@
 #                            open-loop poisson, burst), 4 x concurrency streams a level; GAPLESS_SIDES
 #                            (base head) picks the sides (one device call each fits 10 minutes); the head
 #                            side is build/head.tar when there is one (scripts/ab_base.sh COMMIT head), else
-#                            this tree: gapless.txt, gapless-SIDE.log and .json
+#                            this tree; GAPLESS_HEAD_ARGS (bench_e2e flags, e.g. --vocoder-arg=--dtype=bfloat16)
+#                            go to the head side only: gapless.txt, gapless-SIDE.log and .json
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -242,13 +243,15 @@ e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both 
   grep -A2 "^c=" "/tmp/ab-$1$2.log" >> "$OUT/ab.txt" || tail -5 "/tmp/ab-$1$2.log" >> "$OUT/ab.txt"
 }
 
-e2e_gapless_run() {   # side dir commit: that tree's stack, driven by this tree's bench_e2e
-  QWEN3_TTS_COMMIT=$3 timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py --stack-dir "$2" \
+e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, driven by this tree's bench_e2e
+  local side=$1 dir=$2 commit=$3; shift 3
+  QWEN3_TTS_COMMIT=$commit timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py "$@" --stack-dir "$dir" \
     --model "$CKPT" --device cuda --concurrency "${GAPLESS_LEVELS:-64,256}" \
     --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 --single-repeats 2 \
-    --out "$OUT/gapless-$1.json" > "$OUT/gapless-$1.log" 2>&1
-  echo "== $1 $3 (exit $?)" >> "$OUT/gapless.txt"
-  grep -E "^c=|stalls > |^first request" "$OUT/gapless-$1.log" >> "$OUT/gapless.txt" || tail -5 "$OUT/gapless-$1.log" >> "$OUT/gapless.txt"
+    --out "$OUT/gapless-$side.json" > "$OUT/gapless-$side.log" 2>&1
+  echo "== $side $commit (exit $?)" >> "$OUT/gapless.txt"
+  grep -E "^c=|stalls > |^first request" "$OUT/gapless-$side.log" >> "$OUT/gapless.txt" \
+    || tail -5 "$OUT/gapless-$side.log" >> "$OUT/gapless.txt"
 }
 
 e2e_gapless() {
@@ -259,9 +262,9 @@ e2e_gapless() {
       e2e_gapless_run base /tmp/gapless-base "$(cat build/base.commit 2>/dev/null || echo base)"
     elif [ -f build/head.tar ]; then
       rm -rf /tmp/gapless-head && mkdir -p /tmp/gapless-head && tar -xf build/head.tar -C /tmp/gapless-head
-      e2e_gapless_run head /tmp/gapless-head "$(cat build/head.commit)"
+      e2e_gapless_run head /tmp/gapless-head "$(cat build/head.commit)" ${GAPLESS_HEAD_ARGS:-}
     else
-      e2e_gapless_run head "$PWD" "${QWEN3_TTS_COMMIT:-head}"
+      e2e_gapless_run head "$PWD" "${QWEN3_TTS_COMMIT:-head}" ${GAPLESS_HEAD_ARGS:-}
     fi
   done
   cat "$OUT/gapless.txt"
