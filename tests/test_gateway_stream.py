@@ -18,6 +18,7 @@ from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc
 
 pytestmark = pytest.mark.timeout(60)
 TEXT = "Hello world. This is a streaming test, with several words!"
+LATE_DEADLINE_S = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +270,9 @@ def test_cancel_and_deadline_become_aborts(model_dir, talker, tmp_path):
                 await call.write(req(text="Hello there friend "))
                 await call.read()
                 call.cancel()
-                late = stub.StreamSynthesize(timeout=0.8)
+                # the deadline must outlast the gateway's answer to the config (its start message),
+                # which took > 0.8 s on a loaded 2-core machine; 3 s keeps a margin and passes by itself
+                late = stub.StreamSynthesize(timeout=LATE_DEADLINE_S)
                 await late.write(req(config=speaker_config()))
                 late_id = (await late.read()).start.request_id
                 with pytest.raises(grpc.aio.AioRpcError) as info:
