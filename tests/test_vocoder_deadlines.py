@@ -223,3 +223,15 @@ def test_the_engine_idles_until_the_next_stream_is_due():
     clock[0] = 0.16 - horizon_s
     [second] = engine.step()
     assert second.num_frames == 1 and engine.deadline_stats["due_rows"] == 1
+
+
+def test_the_service_flags_set_the_engine_policy_and_bad_values_are_refused():
+    from vocoder_service.server.config import VocoderServiceConfig
+
+    config = VocoderServiceConfig(target_step_ms=0.0, delivery_margin_ms=35.0, slack_chunk_ratio=1.5)
+    policy = config.engine_config(samples_per_frame=1920, sample_rate_hz=24000).deadline
+    assert (policy.target_step_ms, policy.delivery_margin_ms, policy.slack_chunk_ratio) == (0.0, 35.0, 1.5)
+    with pytest.raises(ValueError, match="slack_chunk_ratio must be > 0"):
+        VocoderServiceConfig(slack_chunk_ratio=0.0)
+    with pytest.raises(ValueError, match="target_step_ms must be >= 0"):
+        VocoderServiceConfig(target_step_ms=-1.0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from service_common.memory_sizing import MAX_AUTO_SLOTS
 from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
+from vocoder_service.engine.deadlines import DeadlinePolicy
 
 
 CPU_DEFAULT_SLOTS = 64
@@ -41,7 +42,14 @@ class VocoderServiceConfig:
     quick_first_chunk_frames: int = 1    # a stream's first chunk while at most quick_first_max_streams are open
     quick_first_max_streams: int = 2     # (light load: audio starts one talker step sooner); 0: never
     steady_chunk_frames: int = 25
-    max_wait_ms: float = 200.0
+    max_wait_ms: float = 200.0           # a first chunk short of frames goes after this long anyway
+    # playback deadlines (engine/deadlines.py, issue #36): rows not yet due fill a step up to this much
+    # measured decode time (0: every ready row each step); a stream is due when its listener's audio
+    # would run out within two steps + delivery_margin_ms; one ahead by s waits for a chunk of
+    # slack_chunk_ratio x s of audio
+    target_step_ms: float = 20.0
+    delivery_margin_ms: float = 20.0
+    slack_chunk_ratio: float = 2.0
     launch_cost_row_frames: float = 64.0
     talker_timeout_s: float = 10.0       # an open request fails UNAVAILABLE once its talker sent nothing (frames
                                          # or heartbeats) this long; a request parked on text is not judged alone
@@ -123,6 +131,7 @@ class VocoderServiceConfig:
         if problems:
             raise ValueError("invalid vocoder config: " + "; ".join(problems))
         self.chunk_policy()  # raises on an inconsistent chunk ramp
+        self.deadline_policy()
 
     def resolved_max_slots(self) -> int:
         if self.max_slots:
@@ -133,9 +142,12 @@ class VocoderServiceConfig:
         return ChunkPolicy(self.first_chunk_frames, self.steady_chunk_frames, self.max_wait_ms,
                            self.quick_first_chunk_frames, self.quick_first_max_streams)
 
+    def deadline_policy(self) -> DeadlinePolicy:
+        return DeadlinePolicy(self.target_step_ms, self.delivery_margin_ms, self.slack_chunk_ratio)
+
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
-            max_slots=self.resolved_max_slots(), chunk=self.chunk_policy(),
+            max_slots=self.resolved_max_slots(), chunk=self.chunk_policy(), deadline=self.deadline_policy(),
             launch_cost_row_frames=self.launch_cost_row_frames, talker_timeout_s=self.talker_timeout_s,
             max_pending_frames=self.max_pending_frames, max_context_frames=self.max_context_frames,
             sample_rate_hz=sample_rate_hz, samples_per_frame=samples_per_frame,
