@@ -206,10 +206,12 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
     ready = work / "ready.json"
+    # gRPC only: the launcher's HTTP default is the fixed port 8000, which two stacks (parallel tests) share
     cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
-           "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
+           "--http-port", "-1", "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
            f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
     cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
+    cmd += args.launcher_arg
     stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
     proc = subprocess.Popen(cmd, cwd=stack_dir, env=dict(os.environ, PYTHONPATH=str(stack_dir)))
     deadline = time.monotonic() + 900
@@ -255,6 +257,8 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=600)
     p.add_argument("--talker-arg", action="append", default=[])
     p.add_argument("--vocoder-arg", action="append", default=[])
+    p.add_argument("--launcher-arg", action="append", default=[],
+                   help="a flag for the launcher itself (e.g. --launcher-arg=--http-port=-1)")
     p.add_argument("--out", default="")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny model, concurrency 1,2, 8 frames")
     args = p.parse_args()
