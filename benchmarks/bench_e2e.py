@@ -206,13 +206,16 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
     ready = work / "ready.json"
-    # gRPC only: the launcher's HTTP default is the fixed port 8000, which two stacks (parallel tests) share
+    stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
     cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
-           "--http-port", "-1", "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
+           "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
            f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
+    # gRPC only: the launcher's HTTP default is the fixed port 8000, which two stacks (parallel tests)
+    # share; a tree from before the HTTP face (an A/B base) has no such flag
+    if "--http-port" in (stack_dir / "launcher" / "main.py").read_text():
+        cmd += ["--http-port", "-1"]
     cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
     cmd += args.launcher_arg
-    stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
     proc = subprocess.Popen(cmd, cwd=stack_dir, env=dict(os.environ, PYTHONPATH=str(stack_dir)))
     deadline = time.monotonic() + 900
     while not ready.exists():
