@@ -104,4 +104,4 @@ def test_a_frozen_vocoder_still_fails_its_streams_unavailable(stack, synth):
     elapsed_s = time.monotonic() - stopped_s
     assert got.error is not None and got.error.code == common_pb2.STATUS_CODE_UNAVAILABLE, got
     assert "went silent" in got.error.message
-    assert elapsed_s <= PEER_TIMEOUT_S + 3.0, elapsed_s
+    assert elapsed_s <= PEER_TIMEOUT_S + 10.0, elapsed_s   # found by its silence, with a margin a loaded machine keeps
