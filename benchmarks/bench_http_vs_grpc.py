@@ -3,7 +3,8 @@
 Starts the stack (`python -m launcher --http-port 0`), then per concurrency level runs the same
 streams through StreamSynthesize (gRPC, whole text) and through POST /v1/audio/speech (HTTP,
 response_format pcm, chunked), alternating the two transports for --rounds rounds so drift hits
-both alike. Every stream is fixed length (min_frames = max_frames), 24 kHz PCM16, fixed seeds.
+both alike. The load comes from --client-procs processes, so a Python client's own cost per chunk
+(higher over HTTP) is not what is measured. Every stream is fixed length (min_frames = max_frames), 24 kHz PCM16, fixed seeds.
 TTFA is the time from sending the request to the first audio bytes, at the client. Writes JSON
 (GPU name, commit, config) and prints a table.
 
@@ -61,23 +62,47 @@ async def http_stream(http, url: str, seed: int, frames: int, voice: str) -> dic
     return {"ttfa_ms": first_s * 1e3, "wall_s": time.perf_counter() - t0, "audio_s": num_bytes / BYTES_PER_AUDIO_S}
 
 
-async def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str) -> dict:
+async def run_streams(transport: str, concurrency: int, seeds: list[int], args, grpc_target: str,
+                      http_url: str) -> list[dict]:
+    """`seeds` streams through one transport, `concurrency` at a time, from this process."""
     import httpx
-    seeds = iter(range(num_streams))
+    pending = iter(seeds)
     rows: list[dict] = []
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     async with TtsClient(grpc_target) as client, httpx.AsyncClient(timeout=600, limits=limits) as http:
         async def worker():
-            for seed in seeds:
+            for seed in pending:
                 if transport == "grpc":
                     rows.append(await grpc_stream(client, seed, args.frames, args.voice))
                 else:
                     rows.append(await http_stream(http, f"{http_url}/v1/audio/speech", seed, args.frames, args.voice))
-        t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall_s = time.perf_counter() - t0
+    return rows
+
+
+def _client_process(job: tuple) -> dict:
+    transport, concurrency, seeds, args, grpc_target, http_url = job
+    started_s = time.time()
+    rows = asyncio.run(run_streams(transport, concurrency, seeds, args, grpc_target, http_url))
+    return {"rows": rows, "started_s": started_s, "ended_s": time.time()}
+
+
+def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str) -> dict:
+    """One level from --client-procs processes (a Python client is slower per chunk over HTTP than
+    over gRPC; several processes keep the client from being what is measured)."""
+    import multiprocessing
+    procs = max(1, min(args.client_procs, concurrency))
+    jobs = [(transport, len(range(p, concurrency, procs)), list(range(p, num_streams, procs)), args, grpc_target,
+             http_url) for p in range(procs)]
+    if procs == 1:
+        parts = [_client_process(jobs[0])]
+    else:
+        with multiprocessing.get_context("spawn").Pool(procs) as pool:
+            parts = pool.map(_client_process, jobs)
+    rows = [row for part in parts for row in part["rows"]]
+    wall_s = max(p["ended_s"] for p in parts) - min(p["started_s"] for p in parts)
     ttfa = np.array([r["ttfa_ms"] for r in rows])
-    return {"transport": transport, "concurrency": concurrency, "streams": len(rows),
+    return {"transport": transport, "concurrency": concurrency, "streams": len(rows), "client_procs": procs,
             "ttfa_p50_ms": float(np.percentile(ttfa, 50)), "ttfa_p95_ms": float(np.percentile(ttfa, 95)),
             "audio_s_per_s": sum(r["audio_s"] for r in rows) / wall_s,
             "audio_s_per_stream": sorted({round(r["audio_s"], 4) for r in rows}),
@@ -116,13 +141,14 @@ def main() -> int:
     p.add_argument("--streams-per-level", type=int, default=0, help="default: max(8, 2 x concurrency)")
     p.add_argument("--frames", type=int, default=125, help="frames per stream (125 = 10 s)")
     p.add_argument("--rounds", type=int, default=2, help="grpc/http alternations per level")
+    p.add_argument("--client-procs", type=int, default=4, help="client processes per level (at most its concurrency)")
     p.add_argument("--talker-arg", action="append", default=[])
     p.add_argument("--vocoder-arg", action="append", default=[])
     p.add_argument("--out", default="bench_http_vs_grpc.json")
     p.add_argument("--smoke", action="store_true", help="tiny model on CPU, a few short streams")
     args = p.parse_args()
     if args.smoke:
-        args.concurrency, args.frames, args.rounds, args.streams_per_level = [1, 2], 6, 1, 2
+        args.concurrency, args.frames, args.rounds, args.streams_per_level, args.client_procs = [1, 2], 6, 1, 2, 2
         args.talker_arg += ["--cpu-threads=1"]
         args.vocoder_arg += ["--cpu-threads=1"]
     work = Path(tempfile.mkdtemp(prefix="bench-http-"))
@@ -130,14 +156,13 @@ def main() -> int:
     rows = []
     try:
         # warm-up: graphs, caches and the first-request paths of both transports
-        asyncio.run(run_level("grpc", 1, 2, args, ready["grpc_target"], ready["http_url"]))
-        asyncio.run(run_level("http", 1, 2, args, ready["grpc_target"], ready["http_url"]))
+        run_level("grpc", 1, 2, args, ready["grpc_target"], ready["http_url"])
+        run_level("http", 1, 2, args, ready["grpc_target"], ready["http_url"])
         for concurrency in args.concurrency:
             num_streams = args.streams_per_level or max(8, 2 * concurrency)
             for round_index in range(args.rounds):
                 for transport in ("grpc", "http"):
-                    row = asyncio.run(run_level(transport, concurrency, num_streams, args, ready["grpc_target"],
-                                                ready["http_url"]))
+                    row = run_level(transport, concurrency, num_streams, args, ready["grpc_target"], ready["http_url"])
                     row["round"] = round_index
                     rows.append(row)
                     print(f"{transport:4s} c={concurrency:<4d} round {round_index}: TTFA p50 {row['ttfa_p50_ms']:.1f} "
@@ -151,7 +176,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     result = {"gpu": gpu_name(), "commit": git_commit(), "model": args.model, "device": args.device,
-              "frames": args.frames, "voice": args.voice, "concurrency": args.concurrency, "rounds": args.rounds,
+              "frames": args.frames, "client_procs": args.client_procs, "voice": args.voice, "concurrency": args.concurrency, "rounds": args.rounds,
               "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print("\n| transport | streams | TTFA p50 / p95 ms (median of rounds) | audio-s/s |\n|---|---|---|---|")

@@ -19,10 +19,10 @@ def test_smoke_run_covers_both_transports(tmp_path):
                            str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["device"] == "cpu" and result["commit"] and result["frames"] == 6
+    assert result["device"] == "cpu" and result["commit"] and result["frames"] == 6 and result["client_procs"] == 2
     seen = {(row["transport"], row["concurrency"]) for row in result["rows"]}
     assert seen == {("grpc", 1), ("http", 1), ("grpc", 2), ("http", 2)}
     for row in result["rows"]:
-        assert row["streams"] == 2 and 0 < row["ttfa_p50_ms"] <= row["ttfa_p95_ms"] and row["audio_s_per_s"] > 0
+        assert row["client_procs"] == min(2, row["concurrency"]) and row["streams"] == 2 and 0 < row["ttfa_p50_ms"] <= row["ttfa_p95_ms"] and row["audio_s_per_s"] > 0
         assert row["audio_s_per_stream"] == [round(6 * 1920 / 24000, 4)]   # every stream its 6 frames
     assert "| http | 2 |" in done.stdout
