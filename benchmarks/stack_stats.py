@@ -64,6 +64,12 @@ def _summary(role: str, stats) -> dict:
         out["audio_s_emitted"] = round(stats.audio_s_emitted, 3)
         out["first_chunk_time"] = _latency(stats.first_chunk_time)
         out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
+        if stats.HasField("deadlines"):   # playback-deadline scheduling (issue #36; older vocoders lack it)
+            d = stats.deadlines
+            out["deadlines"] = {"num_due_rows": d.num_due_rows, "num_deferred_rows": d.num_deferred_rows,
+                                "num_late_chunks": d.num_late_chunks, "max_lateness_ms": round(d.max_lateness_ms, 3),
+                                "step_estimate_ms": round(d.step_estimate_ms, 3),
+                                "budget_row_frames": round(d.budget_row_frames, 1)}
     return out
 
 
@@ -140,6 +146,11 @@ def one_line(found: dict) -> str:
                 if by_batch:   # the iterations that launched the largest decode batch bucket seen
                     top = max(by_batch)
                     line += f", at batch {top}: host p50 {by_batch[top]['p50_ms']:.2f} ms ({by_batch[top]['count']} steps)"
+        deadlines = s.get("deadlines")
+        if deadlines:
+            line += (f", due rows {deadlines['num_due_rows']}, deferred {deadlines['num_deferred_rows']}, late chunks "
+                     f"{deadlines['num_late_chunks']} (max {deadlines['max_lateness_ms']:.1f} ms), budget "
+                     f"{deadlines['budget_row_frames']:.0f} row-frames")
         parts.append(line)
         voices = s.get("voices")
         if voices and voices["num_batches"]:

@@ -72,6 +72,11 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
         assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] > 0
+        # the playback-deadline scheduling's counters, this level's only (every stream starts with a first
+        # chunk, which is never a due row; its later chunks may be)
+        assert set(vocoder["deadlines"]) == {"num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms",
+                                             "step_estimate_ms", "budget_row_frames"}
+        assert vocoder["deadlines"]["step_estimate_ms"] > 0
         assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
         # host time per loop iteration that stepped: as many as the steps (+ prefill-only iterations)
         assert talker["host_time"]["count"] >= talker["step_time"]["count"] and talker["host_time"]["p50_ms"] > 0

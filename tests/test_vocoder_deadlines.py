@@ -235,3 +235,24 @@ def test_the_service_flags_set_the_engine_policy_and_bad_values_are_refused():
         VocoderServiceConfig(slack_chunk_ratio=0.0)
     with pytest.raises(ValueError, match="target_step_ms must be >= 0"):
         VocoderServiceConfig(target_step_ms=-1.0)
+
+
+def test_getstats_reports_the_deadline_counters_and_a_reset_clears_them():
+    from vocoder_service.server.stats import deadline_stats
+
+    clock = [0.0]
+    config = VocoderEngineConfig(max_slots=4, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
+                                 chunk=ChunkPolicy(2, 25, quick_first_max_streams=0))
+    engine = VocoderEngine(ClockedRunner(clock, 0.001, 0.0), config, clock=lambda: clock[0])
+    engine.open("a")
+    engine.add_frames("a", 0, np.ones((2, 16), np.int64))
+    engine.step()                                     # 160 ms of audio from t = 1 ms
+    engine.add_frames("a", 1, np.ones((1, 16), np.int64))
+    clock[0] = 0.5                                    # 339 ms past the deadline: due, and late
+    engine.step()
+    stats = deadline_stats(engine)
+    assert (stats.num_due_rows, stats.num_late_chunks) == (1, 1)
+    assert stats.max_lateness_ms == pytest.approx(340, abs=2) and stats.step_estimate_ms > 0
+    assert stats.budget_row_frames == 0.0             # no step of two steady chunks measured: no bound yet
+    engine.reset_deadline_stats()
+    assert (deadline_stats(engine).num_due_rows, deadline_stats(engine).max_lateness_ms) == (0, 0.0)

@@ -85,7 +85,12 @@ class VocoderEngine:
                                            config.sample_rate_hz / config.samples_per_frame,
                                            config.launch_cost_row_frames)
         self.wake_s: float | None = None   # engine clock: when a waiting stream next becomes ready
-        self.deadline_stats = {"due_rows": 0, "deferred_rows": 0, "late_chunks": 0, "max_lateness_ms": 0.0}
+        self.deadline_stats: dict = {}
+        self.reset_deadline_stats()
+
+    def reset_deadline_stats(self) -> None:
+        """Counters of the deadline scheduling (GetStats' window: reset with the other windows)."""
+        self.deadline_stats.update(due_rows=0, deferred_rows=0, late_chunks=0, max_lateness_ms=0.0)
 
     # ---- request lifecycle -------------------------------------------------------------------
     def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:

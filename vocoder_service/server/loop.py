@@ -181,6 +181,7 @@ class VocoderServer:
         if job.payload.reset:
             self.runner.stats.reset_windows()
             self.stats.reset_windows()
+            self.engine.reset_deadline_stats()
         job.future.set_result(stats)
 
     # ---- send ------------------------------------------------------------------------------------

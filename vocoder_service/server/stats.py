@@ -46,6 +46,16 @@ def engine_load(engine: VocoderEngine, runner_stats: RunnerStats) -> common_pb2.
     )
 
 
+def deadline_stats(engine: VocoderEngine) -> admin_pb2.DeadlineStats:
+    counts, scheduler = engine.deadline_stats, engine.scheduler
+    budget = scheduler.budget_row_frames()
+    return admin_pb2.DeadlineStats(
+        num_due_rows=counts["due_rows"], num_deferred_rows=counts["deferred_rows"],
+        num_late_chunks=counts["late_chunks"], max_lateness_ms=counts["max_lateness_ms"],
+        step_estimate_ms=scheduler.step_s * 1e3, budget_row_frames=0.0 if budget == float("inf") else budget,
+    )
+
+
 def vocoder_stats(*, peer_id: str, model: str, uptime_s: float, engine: VocoderEngine, runner_stats: RunnerStats,
                   server_stats: ServerStats, talkers: list[admin_pb2.PeerStatus]) -> admin_pb2.VocoderStats:
     counters = engine.stats
@@ -69,4 +79,5 @@ def vocoder_stats(*, peer_id: str, model: str, uptime_s: float, engine: VocoderE
         audio_s_emitted=server_stats.audio_s_emitted, talkers=talkers,
         num_nonfinite_chunks=counters["nonfinite_chunks"], num_nonfinite_samples=counters["nonfinite_samples"],
         num_clipped_chunks=counters["clipped_chunks"], num_clipped_samples=counters["clipped_samples"],
+        deadlines=deadline_stats(engine),
     )
