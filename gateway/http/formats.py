@@ -29,8 +29,11 @@ class OutputFormat:
     soundfile_format: tuple[str, str] | None = None   # (format, subtype) for whole-file formats
 
     def whole_file(self, pcm_f32: np.ndarray) -> bytes:
+        """The file of float PCM that came as FLOAT32 (which keeps samples past full scale; the
+        gateway counted them), clamped first as the gateway's own whole files are: what libsndfile
+        does past full scale differs by format (it wraps for some integer encodings)."""
         out = io.BytesIO()
-        soundfile.write(out, pcm_f32, self.sample_rate_hz, format=self.soundfile_format[0],
+        soundfile.write(out, np.clip(pcm_f32, -1.0, 1.0), self.sample_rate_hz, format=self.soundfile_format[0],
                         subtype=self.soundfile_format[1])
         return out.getvalue()
 
