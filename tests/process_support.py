@@ -79,4 +79,16 @@ class LauncherProcess(ServiceProcess):
     def __init__(self, work_dir: Path, args: list[str]) -> None:
         # The launcher serves HTTP on 8000 by default; tests ask for a port (0) or none, never a fixed one.
         http = [] if any(a.startswith("--http-port") for a in args) else ["--http-port", "-1"]
-        super().__init__(work_dir, "launcher", "launcher", ["--work-dir", str(work_dir), *http, *args])
+        # Registered voices in the work dir, not the user's ~/.cache default that every stack (and
+        # parallel test workers) would share across runs.
+        voices = [] if any(a.startswith("--gateway-arg=--voices-dir") for a in args) else [
+            f"--gateway-arg=--voices-dir={work_dir / 'voices'}"]
+        super().__init__(work_dir, "launcher", "launcher", ["--work-dir", str(work_dir), *http, *voices, *args])
+
+
+def http_stack(work_dir: Path, *extra_args: str) -> LauncherProcess:
+    """The tiny stack on CPU with the gateway's HTTP face on a free port (one thread per model
+    service: tests share two cores); its ready file then names `http_url`."""
+    return LauncherProcess(work_dir, ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "-1",
+                                      "--health-timeout-s", "120", "--drain-grace-s", "2",
+                                      "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1", *extra_args])
