@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from process_support import LauncherProcess
+from process_support import http_stack
 
 pytestmark = pytest.mark.timeout(180)
 RATE_HZ = 24000
@@ -25,10 +25,7 @@ SAMPLES_PER_FRAME = 1920
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("http-stack")
-    launcher = LauncherProcess(work, ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "-1",
-                                      "--health-timeout-s", "120", "--drain-grace-s", "2",
-                                      "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1",
-                                      "--gateway-arg=--max-text-chars=400"])
+    launcher = http_stack(work, "--gateway-arg=--max-text-chars=400")
     try:
         yield launcher.wait_ready(130)
     finally:
@@ -149,10 +146,7 @@ def test_malformed_bodies_are_400s(stack):
 
 def test_overload_is_a_429_with_retry_after(tmp_path):
     """A gateway that admits one stream refuses a second at once with 429 and Retry-After."""
-    launcher = LauncherProcess(tmp_path, ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "-1",
-                                          "--health-timeout-s", "120", "--drain-grace-s", "1",
-                                          "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1",
-                                          "--gateway-arg=--max-streams=1"])
+    launcher = http_stack(tmp_path, "--gateway-arg=--max-streams=1")
     try:
         url = launcher.wait_ready(130)["http_url"] + "/v1/audio/speech"
         body = {"voice": "vivian", "input": TEXT, "response_format": "pcm", "sampling": {"max_frames": 60}}

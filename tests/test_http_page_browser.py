@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from process_support import LauncherProcess
+from process_support import http_stack
 
 pytestmark = pytest.mark.timeout(300)
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
@@ -21,9 +21,7 @@ WAIT_MS = 120_000
 @pytest.fixture(scope="module")
 def page_url(tmp_path_factory):
     work = tmp_path_factory.mktemp("page-stack")
-    launcher = LauncherProcess(work, ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "-1",
-                                      "--health-timeout-s", "120", "--drain-grace-s", "2",
-                                      "--vocoder-arg=--cpu-threads=1", "--talker-arg=--cpu-threads=1"])
+    launcher = http_stack(work)
     try:
         yield launcher.wait_ready(130)["http_url"] + "/"
     finally:

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from client.stream_write import exchange
 from protos.tts.v1 import config_pb2, tts_pb2, tts_pb2_grpc, voices_pb2
 
 
@@ -30,7 +31,11 @@ class GatewayClient:
         return self._model
 
     def stream(self, requests: AsyncIterator[tts_pb2.StreamSynthesizeRequest]):
-        return self.stub.StreamSynthesize(requests)
+        """(call, responses): StreamSynthesize with `requests` sent from a task of their own. A call
+        the gateway refuses raises the gateway's status from `responses` (a plain request iterator
+        can turn it into INTERNAL when a write loses the race with the refusal: client/stream_write.py)."""
+        call = self.stub.StreamSynthesize()
+        return call, exchange(call, requests)
 
 
 async def whole_text_requests(config: config_pb2.SynthesisConfig, text: str):

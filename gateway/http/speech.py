@@ -46,35 +46,38 @@ class SpeechEndpoint:
             body = json.loads(await request.body() or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return http_error_response(HttpError(400, f"the request body is not JSON: {exc}"))
-        call = None
+        responses = None
         try:
             speech = parse_speech_request(body, await self.client.model(), self.max_text_chars)
-            call = self.client.stream(whole_text_requests(speech.config, speech.text))
-            start = await call.read()   # the start message, or the refusal as an AioRpcError
-            if start is grpc.aio.EOF:
-                raise HttpError(502, "the gateway's stream ended before it started")
+            _, responses = self.client.stream(whole_text_requests(speech.config, speech.text))
+            try:   # the start message, or the refusal as an AioRpcError
+                start = await responses.__anext__()
+            except StopAsyncIteration:
+                raise HttpError(502, "the gateway's stream ended before it started") from None
         except HttpError as exc:
             return http_error_response(exc)
         except grpc.aio.AioRpcError as exc:
+            if responses is not None:
+                await responses.aclose()
             return grpc_error_response(exc)
         headers = {"X-Request-Id": start.start.request_id}
         if speech.stream_format == "sse":
-            return StreamingResponse(self._events(call, speech), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(self._events(responses, speech), media_type="text/event-stream", headers=headers)
         if speech.output.is_streamed:
-            return StreamingResponse(self._audio(call), media_type=speech.output.content_type, headers=headers)
-        return await self._whole(call, speech, headers)
+            return StreamingResponse(self._audio(responses), media_type=speech.output.content_type, headers=headers)
+        return await self._whole(responses, speech, headers)
 
-    async def _messages(self, call):
+    async def _messages(self, responses):
         """The stream's audio and summary messages; the call is cancelled if the client goes away."""
         try:
-            while (message := await call.read()) is not grpc.aio.EOF:   # read(), as for the start
+            async for message in responses:
                 yield message
         finally:
-            call.cancel()   # a no-op once the call has ended
+            await responses.aclose()   # cancels the call unless it has ended
 
-    async def _audio(self, call):
+    async def _audio(self, responses):
         try:
-            async for message in self._messages(call):
+            async for message in self._messages(responses):
                 if message.HasField("audio"):
                     yield message.audio.audio
         except grpc.aio.AioRpcError as exc:
@@ -82,10 +85,10 @@ class SpeechEndpoint:
             logger.info("HTTP speech stream ended early: %s %s", exc.code().name, exc.details())
             raise
 
-    async def _events(self, call, speech: SpeechRequest):
+    async def _events(self, responses, speech: SpeechRequest):
         pcm = []
         try:
-            async for message in self._messages(call):
+            async for message in self._messages(responses):
                 if message.HasField("audio") and speech.output.is_streamed:
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(message.audio.audio).decode()})
                 elif message.HasField("audio"):
@@ -104,10 +107,10 @@ class SpeechEndpoint:
             yield _sse({"type": "error", **error_body(exc.details() or exc.code().name, error_type, None,
                                                       exc.code().name.lower()), "status": status})
 
-    async def _whole(self, call, speech: SpeechRequest, headers: dict) -> Response:
+    async def _whole(self, responses, speech: SpeechRequest, headers: dict) -> Response:
         pcm, summary = [], None
         try:
-            async for message in self._messages(call):
+            async for message in self._messages(responses):
                 if message.HasField("audio"):
                     pcm.append(message.audio.audio)
                 elif message.HasField("summary"):

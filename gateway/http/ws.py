@@ -63,7 +63,7 @@ class StreamSocket:
 
     async def __call__(self, websocket: WebSocket) -> None:
         await websocket.accept()
-        call = None
+        call = responses = None
         try:
             first = await _next_message(websocket)
             if first["type"] != "config":
@@ -72,18 +72,18 @@ class StreamSocket:
                                           config_pb2.TEXT_MODE_STREAMING, _CONFIG_FIELDS)
             requests: asyncio.Queue = asyncio.Queue(maxsize=64)   # bounded: a fast client waits for the gateway
             await requests.put(tts_pb2.StreamSynthesizeRequest(config=config))
-            call = self.client.stream(_drain(requests))
-            first_reply = await call.read()
-            if first_reply is grpc.aio.EOF:
-                raise HttpError(502, "the gateway's stream ended before it started")
-            start = first_reply.start
+            call, responses = self.client.stream(_drain(requests))
+            try:
+                start = (await responses.__anext__()).start
+            except StopAsyncIteration:
+                raise HttpError(502, "the gateway's stream ended before it started") from None
             await websocket.send_json({"type": "start", "request_id": start.request_id, "format": output.name,
                                        "sample_rate_hz": start.audio_format.sample_rate_hz,
                                        "voice": start.voice.name, "language": start.language})
             refused: list[HttpError] = []   # a bad client message, found by the reader
             reader = asyncio.get_running_loop().create_task(self._read_client(websocket, requests, call, refused))
             try:
-                await self._send_audio(websocket, call)
+                await self._send_audio(websocket, responses)
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 if refused:    # the reader cancelled the call: report why
                     raise refused[0] from None
@@ -102,8 +102,8 @@ class StreamSocket:
             await _fail(websocket, status, error_body(exc.details() or exc.code().name, error_type, None,
                                                       exc.code().name.lower()))
         finally:
-            if call is not None:
-                call.cancel()
+            if responses is not None:
+                await responses.aclose()   # cancels the call unless it has ended
 
     async def _read_client(self, websocket: WebSocket, requests: asyncio.Queue, call, refused: list) -> None:
         """Client text -> gRPC messages until end; a bad message cancels the call, noting why."""
@@ -132,8 +132,8 @@ class StreamSocket:
             refused.append(exc)
             call.cancel()
 
-    async def _send_audio(self, websocket: WebSocket, call) -> None:
-        while (message := await call.read()) is not grpc.aio.EOF:
+    async def _send_audio(self, websocket: WebSocket, responses) -> None:
+        async for message in responses:
             if message.HasField("audio"):
                 await websocket.send_bytes(message.audio.audio)
             elif message.HasField("flush_ack"):
