@@ -62,10 +62,14 @@ def test_a_stream_near_its_deadline_is_served_before_one_far_ahead():
     sched.s_per_row_frame = 1.0
     plan = sched.plan([far, near], 5.0)
     assert [r.request_id for r in plan.rows] == ["near"] and plan.num_deferred == 1
-    # of several streams that are not due, the budget goes earliest deadline first
+    # of several streams that are not due, the budget goes earliest deadline first...
     sched.s_per_row_frame = 0.02 / 60   # 60 row-frames: two steady chunks
     rows = [running_stream(f"s{i}", i, 5.0, slack_s=slack, num_pending=25) for i, slack in enumerate([2.5, 0.9, 1.7])]
-    assert [r.request_id for r in sched.plan(rows, 5.0).rows] == ["s1", "s2"]
+    waiting = running_stream("w", 9, 5.0, slack_s=0.06, num_pending=1)   # 1 < its 2-frame chunk: not ready
+    plan = sched.plan(rows + [waiting], 5.0)
+    assert [r.request_id for r in plan.rows] == ["s1", "s2"] and plan.num_deferred == 1
+    # ...and stretches (up to max_step_ms) when no stream left out would fall due before the next step
+    assert [r.request_id for r in sched.plan(rows, 5.0).rows] == ["s1", "s2", "s0"]
 
 
 def test_chunk_size_follows_slack_within_the_captured_frame_buckets():
@@ -82,7 +86,7 @@ def test_chunk_size_follows_slack_within_the_captured_frame_buckets():
 
 
 def test_first_chunks_wait_for_running_streams_due_rows_when_the_budget_is_spent():
-    sched = scheduler()
+    sched = scheduler(max_step_ms=20.0)   # no stretching: the step holds target_step_ms
     sched.s_per_row_frame = 0.02 / 25   # a 20 ms step holds 25 row-frames
     # 13 running streams 20 ms from their deadlines: each goes with a first-chunk-sized 2 frames
     due = [running_stream(f"run{i}", i, 1.0, slack_s=0.02, num_pending=25) for i in range(13)]
@@ -228,9 +232,10 @@ def test_the_engine_idles_until_the_next_stream_is_due():
 def test_the_service_flags_set_the_engine_policy_and_bad_values_are_refused():
     from vocoder_service.server.config import VocoderServiceConfig
 
-    config = VocoderServiceConfig(target_step_ms=0.0, delivery_margin_ms=35.0, slack_chunk_ratio=1.5)
+    config = VocoderServiceConfig(target_step_ms=0.0, max_step_ms=30.0, delivery_margin_ms=35.0, slack_chunk_ratio=1.5)
     policy = config.engine_config(samples_per_frame=1920, sample_rate_hz=24000).deadline
-    assert (policy.target_step_ms, policy.delivery_margin_ms, policy.slack_chunk_ratio) == (0.0, 35.0, 1.5)
+    assert (policy.target_step_ms, policy.max_step_ms, policy.delivery_margin_ms, policy.slack_chunk_ratio) == \
+        (0.0, 30.0, 35.0, 1.5)
     with pytest.raises(ValueError, match="slack_chunk_ratio must be > 0"):
         VocoderServiceConfig(slack_chunk_ratio=0.0)
     with pytest.raises(ValueError, match="target_step_ms must be >= 0"):

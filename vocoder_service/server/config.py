@@ -48,6 +48,7 @@ class VocoderServiceConfig:
     # would run out within two steps + delivery_margin_ms; one ahead by s waits for a chunk of
     # slack_chunk_ratio x s of audio
     target_step_ms: float = 20.0
+    max_step_ms: float = 40.0            # ... stretched to this while no stream left out would fall due
     delivery_margin_ms: float = 20.0
     slack_chunk_ratio: float = 2.0
     launch_cost_row_frames: float = 64.0
@@ -143,7 +144,8 @@ class VocoderServiceConfig:
                            self.quick_first_chunk_frames, self.quick_first_max_streams)
 
     def deadline_policy(self) -> DeadlinePolicy:
-        return DeadlinePolicy(self.target_step_ms, self.delivery_margin_ms, self.slack_chunk_ratio)
+        return DeadlinePolicy(target_step_ms=self.target_step_ms, max_step_ms=self.max_step_ms,
+                              delivery_margin_ms=self.delivery_margin_ms, slack_chunk_ratio=self.slack_chunk_ratio)
 
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
