@@ -230,3 +230,38 @@ def test_the_page_ships_in_the_wheel():
         "gateway.http"]
     files = sorted(p.relative_to(root).as_posix() for p in (root / "static").iterdir())
     assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
+
+
+@pytest.fixture(scope="module")
+def base_stack(tmp_path_factory):
+    from checkpoint.files import resolve_model_dir
+    resolve_model_dir("tiny-base")
+    work = tmp_path_factory.mktemp("http-base-stack")
+    launcher = http_stack(work, "--model", "tiny-base")
+    try:
+        yield launcher.wait_ready(130)
+    finally:
+        launcher.stop(40)
+
+
+def test_register_speak_and_delete_a_cloned_voice(base_stack):
+    from test_clone_stack import reference_audio
+    url = base_stack["http_url"]
+    clip = io.BytesIO()
+    soundfile.write(clip, reference_audio(), RATE_HZ, format="WAV", subtype="PCM_16")
+    files = {"file": ("me.wav", clip.getvalue(), "audio/wav")}
+    reply = httpx.post(f"{url}/v1/audio/voices", files=files, timeout=60,
+                       data={"voice_id": "me", "reference_text": "Hello there, this is my voice."})
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["id"] == "me" and not reply.json()["x_vector_only"]
+    listed = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()
+    assert listed["model_type"] == "base" and [v["id"] for v in listed["voices"]] == ["me"]
+    speech = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={
+        "voice": "me", "input": TEXT, "response_format": "pcm", "sampling": {"max_frames": 6}})
+    assert speech.status_code == 200 and len(speech.content) == 2 * 6 * SAMPLES_PER_FRAME
+    assert httpx.post(f"{url}/v1/audio/voices", files={"file": ("me.txt", b"x", "text/plain")},
+                      data={"voice_id": "x"}, timeout=10).json()["error"]["param"] == "file"
+    assert httpx.delete(f"{url}/v1/audio/voices/me", timeout=10).status_code == 200
+    assert httpx.delete(f"{url}/v1/audio/voices/me", timeout=10).status_code == 404
+    gone = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={"voice": "me", "input": TEXT})
+    assert gone.status_code == 400 and "me" in gone.json()["error"]["message"]
