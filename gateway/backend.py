@@ -6,6 +6,13 @@ touched from one thread. Talkers are tracked by their heartbeats: a talker is he
 sends them, is not draining and reports at least one reachable vocoder; one that goes silent
 for `peer_timeout_ms` is lost and every stream it held fails with UNAVAILABLE.
 
+A killed talker is found sooner than that: a socket monitor on each DEALER reports the TCP link
+closing (the kernel closes a dead process's sockets at once), and the streams it held fail
+UNAVAILABLE naming it then, as the talker's own ZMQ_IMMEDIATE sends find a dead vocoder within a
+step. The DEALER reconnects by itself; the talker is back in rotation at its first heartbeat over
+the new link. Only streams that handed the talker work (START or ENCODE_VOICE sent) fail: a stream
+still collecting its text in the gateway moves to another talker when it starts (`reroute`).
+
 `--talkers tcp://name:port` may stand for many talkers (one DNS record per pod); `PeerDirectory`
 re-resolves it off the event loop and `_tick` applies the answer: a new address gets its own
 DEALER and receive task, an address gone from DNS is retired (no new requests; heartbeats go on
@@ -23,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 import zmq.asyncio
+import zmq.utils.monitor
 
 from gateway.audio_intake import AudioIntake
 from protos import wire
@@ -55,12 +63,18 @@ class TalkerPeer:
     num_healthy_vocoders: int = 0
     is_draining: bool = False
     is_retired: bool = False      # gone from DNS: no new requests, closed once num_streams is 0
+    is_connected: bool = False    # the TCP link is up (socket monitor); a heartbeat after it is needed too
     num_streams: int = 0          # this gateway's live requests on the talker
-    task: asyncio.Task | None = None   # its receive loop
+    task: asyncio.Task | None = None   # its receive loop and link watch
+    monitor: zmq.asyncio.Socket | None = None   # PAIR receiving the DEALER's connect/disconnect events
+
+    @property
+    def name(self) -> str:
+        return f"{self.peer_id or '-'} at {self.endpoint}"
 
     def is_healthy(self, now_s: float, timeout_s: float) -> bool:
-        return (self.last_seen_s > 0 and now_s - self.last_seen_s < timeout_s and not self.is_draining
-                and not self.is_retired and self.num_healthy_vocoders > 0)
+        return (self.is_connected and self.last_seen_s > 0 and now_s - self.last_seen_s < timeout_s
+                and not self.is_draining and not self.is_retired and self.num_healthy_vocoders > 0)
 
     def score(self) -> float:
         total = max(self.load.num_slots_total, 1)
@@ -73,6 +87,8 @@ class Mailbox:
     def __init__(self, request_id: str, talker: TalkerPeer | None) -> None:
         self.request_id = request_id
         self.talker = talker
+        # the talker holds work of this request (START or ENCODE_VOICE sent): losing it fails the request
+        self.is_on_talker = False
         self.queue: asyncio.Queue[Event] = asyncio.Queue(MAILBOX_SIZE)
 
     def put(self, event: Event) -> None:
@@ -115,12 +131,14 @@ class Backend:
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
         if is_ipv6_endpoint(endpoint):
             sock.setsockopt(zmq.IPV6, 1)
+        # before connect(), so the first CONNECTED event is not missed
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         sock.connect(endpoint)
         logger.info("connecting to talker %s", endpoint)
-        return TalkerPeer(endpoint=endpoint, sock=sock)
+        return TalkerPeer(endpoint=endpoint, sock=sock, monitor=monitor)
 
     def _start_receiving(self, talker: TalkerPeer) -> None:
-        talker.task = asyncio.get_running_loop().create_task(self._receive_talker(talker))
+        talker.task = asyncio.get_running_loop().create_task(self._serve_talker(talker))
         self.tasks.append(talker.task)
 
     async def _disconnect(self, talker: TalkerPeer) -> None:
@@ -129,6 +147,8 @@ class Backend:
             talker.task.cancel()
             await asyncio.gather(talker.task, return_exceptions=True)
             self.tasks.remove(talker.task)
+        talker.sock.disable_monitor()
+        talker.monitor.close(linger=0)
         talker.sock.close(linger=0)
         logger.info("talker %s at %s disconnected", talker.peer_id or "-", talker.endpoint)
 
@@ -177,6 +197,22 @@ class Backend:
         if self.mailboxes.pop(box.request_id, None) is not None and box.talker is not None:
             box.talker.num_streams -= 1
 
+    def reroute(self, box: Mailbox) -> TalkerPeer | None:
+        """A request the talker holds nothing of yet, whose talker is no longer healthy (lost,
+        draining, retired): moved to the least-loaded healthy one; None when there is none."""
+        talker = self.pick_talker()
+        if talker is not None and box.request_id in self.mailboxes:
+            logger.info("request %s: talker %s is not healthy; moved to talker %s before its start",
+                        box.request_id, box.talker.name if box.talker else "-", talker.name)
+            if box.talker is not None:
+                box.talker.num_streams -= 1
+            box.talker = talker
+            talker.num_streams += 1
+        return talker
+
+    def is_usable(self, talker: TalkerPeer) -> bool:
+        return talker.is_healthy(time.monotonic(), self.peer_timeout_s)
+
     # ---- routing -------------------------------------------------------------------------
     def healthy_talkers(self) -> list[TalkerPeer]:
         now_s = time.monotonic()
@@ -208,6 +244,24 @@ class Backend:
         while True:
             self.audio.on_message(await self.pull.recv_multipart(copy=False))
 
+    async def _serve_talker(self, talker: TalkerPeer) -> None:
+        await asyncio.gather(self._receive_talker(talker), self._watch_link(talker))
+
+    async def _watch_link(self, talker: TalkerPeer) -> None:
+        """The DEALER's link events: a closed link is a lost talker (its streams fail now, not after
+        `peer_timeout_ms` of silence); a new link waits for its first heartbeat before new work."""
+        while True:
+            event = zmq.utils.monitor.parse_monitor_message(await talker.monitor.recv_multipart())
+            talker.last_seen_s = 0.0   # a heartbeat read after this came over the link just made or lost
+            if event["event"] == zmq.EVENT_CONNECTED:
+                talker.is_connected = True
+                logger.info("talker link to %s connected", talker.endpoint)
+                continue
+            talker.is_connected = False
+            logger.warning("talker %s lost: connection closed (%d live streams)", talker.name, talker.num_streams)
+            self._fail_streams(talker, f"talker {talker.name} lost: connection closed")
+            self._check_health()
+
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:
             frames = await talker.sock.recv_multipart(copy=False)
@@ -223,7 +277,7 @@ class Backend:
 
     def _on_heartbeat(self, talker: TalkerPeer, hb: common_pb2.Heartbeat) -> None:
         if talker.incarnation and hb.incarnation != talker.incarnation:
-            self._fail_streams(talker, f"talker {hb.peer_id} restarted")
+            self._fail_streams(talker, f"talker {hb.peer_id} at {talker.endpoint} restarted")
         if not talker.last_seen_s:
             logger.info("talker %s at %s is up (model %s)", hb.peer_id, talker.endpoint, hb.model)
         talker.peer_id, talker.model, talker.incarnation = hb.peer_id, hb.model, hb.incarnation
@@ -234,8 +288,9 @@ class Backend:
         self._check_health()
 
     def _fail_streams(self, talker: TalkerPeer, why: str) -> None:
+        """UNAVAILABLE to each request that handed `talker` work; the others reroute at their start."""
         for box in list(self.mailboxes.values()):
-            if box.talker is talker:
+            if box.talker is talker and box.is_on_talker:
                 box.put(Event(wire.MessageType.ERROR, common_pb2.Error(
                     request_id=box.request_id, code=common_pb2.STATUS_CODE_UNAVAILABLE, message=why,
                     origin=self.peer_id)))
@@ -266,7 +321,8 @@ class Backend:
                 except zmq.Again:
                     pass
                 if talker.last_seen_s and now_s - talker.last_seen_s > self.peer_timeout_s and talker.num_streams:
-                    logger.warning("talker %s lost (silent %.1f s)", talker.peer_id, now_s - talker.last_seen_s)
-                    self._fail_streams(talker, f"talker {talker.peer_id} lost")
+                    logger.warning("talker %s lost (silent %.1f s)", talker.name, now_s - talker.last_seen_s)
+                    self._fail_streams(talker, f"talker {talker.name} lost: silent for "
+                                               f"{now_s - talker.last_seen_s:.1f} s")
             self._check_health()
             await asyncio.sleep(min(self.heartbeat_interval_ms / 1e3, 0.25))

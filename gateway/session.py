@@ -106,14 +106,18 @@ class Session:
         if r.clone_audio is None:
             return
         self.voice_encode_start_s = time.monotonic()
+        await self._move_if_talker_unhealthy()
+        self.box.is_on_talker = True
         await self._send(T.ENCODE_VOICE, talker_pb2.EncodeVoice(
             request_id=self.request_id, model=self.talker.model or r.model.name, x_vector_only=r.clone_x_vector_only,
             reference_text_token_ids=r.clone_text_ids, sample_rate_hz=NATIVE_SAMPLE_RATE_HZ), r.clone_audio)
         event = await self._expect((T.VOICE_ENCODED,), self.ack_timeout_s + 60.0, "ENCODE_VOICE")
         r.clone_prompt = event.header.prompt
+        self.box.is_on_talker = False   # the talker keeps nothing of it: START may go to any talker
         self.voice_encode_ms = (time.monotonic() - self.voice_encode_start_s) * 1e3
 
     async def start(self, text_ids: list[int], is_text_complete: bool) -> talker_pb2.Ack:
+        await self._move_if_talker_unhealthy()
         r = self.resolved
         start = talker_pb2.Start(
             request_id=self.request_id, reply_to=self.backend.reply_to, model=self.talker.model or r.model.name,
@@ -125,8 +129,21 @@ class Session:
             start.design.CopyFrom(r.design)
         else:
             start.clone.CopyFrom(r.clone_prompt)
+        self.box.is_on_talker = True
         await self._send(T.START, start)
         return (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
+
+    async def _move_if_talker_unhealthy(self) -> None:
+        """Nothing of this request is on its talker yet: if that talker was lost (or drains, or left
+        DNS) while the gateway held the request (text being collected, a clone encoded), it goes to
+        another one instead of failing."""
+        if self.backend.is_usable(self.talker):
+            return
+        talker = self.backend.reroute(self.box)
+        if talker is None:
+            raise RequestError(grpc.StatusCode.UNAVAILABLE, f"talker {self.talker.name} is not healthy and no "
+                               "other healthy talker with a vocoder is reachable")
+        self.talker = talker
 
     async def send_text(self, ids: list[int]) -> None:
         if ids:

@@ -46,15 +46,22 @@ class FakeTalker:
     """ROUTER on loopback; ACKs Starts (or refuses beyond `num_slots`), streams one frame per token."""
 
     def __init__(self, num_slots: int = 4, num_vocoders: int = 1, model: str = "fake-model",
-                 refuse_code: int = 0, delay_ack_s: float = 0.0, delay_encode_s: float = 0.0) -> None:
+                 refuse_code: int = 0, delay_ack_s: float = 0.0, delay_encode_s: float = 0.0,
+                 peer_id: str = "fake-talker", port: int = 0) -> None:
+        """`port`: bind this one (a talker restarted on its address), else a free one."""
         self.num_slots, self.num_vocoders, self.model = num_slots, num_vocoders, model
+        self.peer_id = peer_id
         self.refuse_code = refuse_code
         self.delay_ack_s = delay_ack_s
         self.delay_encode_s = delay_encode_s   # a slow voice encoding (VOICE_ENCODED sent this late)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.endpoint = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
+        if port:
+            self.router.bind(f"tcp://127.0.0.1:{port}")
+        else:
+            port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
         self.pushes: dict[str, zmq.Socket] = {}
         self.gateways: set[bytes] = set()
         self.requests: dict[str, FakeRequest] = {}
@@ -81,7 +88,7 @@ class FakeTalker:
 
     def _heartbeat(self) -> None:
         live = sum(1 for r in self.requests.values() if not r.is_ended and r.abort is None)
-        hb = common_pb2.Heartbeat(peer_id="fake-talker", role=common_pb2.PEER_ROLE_TALKER, incarnation=7,
+        hb = common_pb2.Heartbeat(peer_id=self.peer_id, role=common_pb2.PEER_ROLE_TALKER, incarnation=7,
                                   interval_ms=200, model=self.model, num_healthy_vocoders=self.num_vocoders,
                                   load=common_pb2.Load(num_slots_total=self.num_slots, num_slots_used=live))
         for identity in self.gateways:
@@ -128,7 +135,7 @@ class FakeTalker:
                 return
             req = FakeRequest(header)
             self.requests[header.request_id] = req
-            self._reply(identity, T.ACK, talker_pb2.Ack(request_id=header.request_id, talker_id="fake-talker"))
+            self._reply(identity, T.ACK, talker_pb2.Ack(request_id=header.request_id, talker_id=self.peer_id))
             if header.text_token_ids:
                 req.tokens += header.text_token_ids
                 self._emit(req, list(header.text_token_ids), False)
@@ -183,7 +190,7 @@ async def running_gateway(model_dir: Path, talkers: list[str], tmp_path: Path, *
     wait_serving = overrides.pop("wait_serving", True)
     config = GatewayConfig(model=str(model_dir), model_name=overrides.pop("model_name", "tiny"), talkers=tuple(talkers),
                            grpc_host="127.0.0.1", grpc_port=0, metrics_port=0, voices_dir=str(tmp_path / "voices"),
-                           heartbeat_interval_ms=200, peer_timeout_ms=1000, **overrides)
+                           **{"heartbeat_interval_ms": 200, "peer_timeout_ms": 1000, **overrides})
     server = GatewayServer(config, model_dir)
     await server.start()
     try:

@@ -1,0 +1,136 @@
+"""A talker killed under the gateway (two fake talkers on loopback, real gRPC, real ZeroMQ).
+
+The gateway's heartbeat timeout is set to 60 s here, far past each test's own timeout, so a stream
+that ends UNAVAILABLE can only have been ended by the link-closed path (the DEALER's socket monitor),
+not by the talker's silence. Proves: only the killed talker's streams end, with UNAVAILABLE naming
+it; the other talker's stream finishes whole; new streams go to the survivor; a stream still
+collecting its text in the gateway moves to the survivor instead of failing; the talker restarted
+on its address takes work again once it heartbeats.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import numpy as np
+import pytest
+
+from test_gateway_support import FakeTalker, running_gateway, tokens_from_pcm
+from test_gateway_stream import audio_of, collect, model_dir, req, speaker_config  # noqa: F401 - fixture
+from gateway.text_tokenizer import TextTokenizer
+from protos.tts.v1 import config_pb2, tts_pb2_grpc
+
+pytestmark = pytest.mark.timeout(60)
+NEVER_SILENT_MS = 60_000   # heartbeat loss can not fire within a test
+FLOAT32 = config_pb2.AudioFormat(encoding=config_pb2.AUDIO_ENCODING_FLOAT32)   # samples carry the token ids
+
+
+@pytest.fixture
+def talkers():
+    pair = [FakeTalker(peer_id="talker-a"), FakeTalker(peer_id="talker-b")]
+    yield pair
+    for fake in pair:
+        fake.close()
+
+
+def run(coro, timeout_s: float = 40.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+async def until(condition, what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def open_stream(stub):
+    """A streaming-text call, started: (call, request id)."""
+    call = stub.StreamSynthesize(timeout=30)
+    await call.write(req(config=speaker_config(audio_format=FLOAT32)))
+    return call, (await call.read()).start.request_id
+
+
+async def finish(call, text: str) -> list:
+    await call.write(req(text=text))
+    await call.write(req(end={}))
+    await call.done_writing()
+    out = []
+    while (r := await call.read()) is not grpc.aio.EOF:
+        out.append(r)
+    return out
+
+
+def test_killed_talker_ends_only_its_streams_and_the_survivor_takes_new_ones(model_dir, talkers, tmp_path):
+    a, b = talkers
+    tok = TextTokenizer.from_dir(model_dir)
+    events = []
+
+    async def body():
+        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path,
+                                   peer_timeout_ms=NEVER_SILENT_MS) as gw:
+            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                on_a, id_a = await open_stream(stub)      # ties go to the first talker listed
+                on_b, id_b = await open_stream(stub)      # then the less loaded one
+                assert id_a in a.requests and id_b in b.requests
+                a.close()                                  # the process dies: its sockets close
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await on_a.read()
+                events.append(("a failed", info.value.code(), info.value.details()))
+                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                            "talker-a out of rotation")
+                events.append(("b finished", await finish(on_b, "Hello there world.")))
+                new = await collect(stub, [req(config=speaker_config()), req(text="Fresh words."), req(end={})])
+                events.append(("new finished", new))
+                return new[0].start.request_id
+
+    new_id = run(body())
+    (_, code, details), (_, on_b), (_, new) = events
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert "talker-a" in details and a.endpoint in details and "connection closed" in details
+    assert on_b[-1].HasField("summary")
+    assert tokens_from_pcm(np.frombuffer(audio_of(on_b), "<f4")) == [i % 1000 for i in tok.target_ids("Hello there world.")]
+    assert new[-1].HasField("summary") and new_id in b.requests
+
+
+def test_stream_collecting_its_text_moves_to_the_survivor_and_a_restarted_talker_rejoins(model_dir, talkers, tmp_path):
+    a, b = talkers
+    port_a = int(a.endpoint.rsplit(":", 1)[1])
+    tok = TextTokenizer.from_dir(model_dir)
+
+    async def body():
+        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path,
+                                   peer_timeout_ms=NEVER_SILENT_MS) as gw:
+            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                # whole-text mode: the gateway holds the request (no START) until the text ends
+                call = stub.StreamSynthesize(timeout=30)
+                await call.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING, audio_format=FLOAT32)))
+                await call.write(req(text="Held in the gateway. "))
+                await until(lambda: any(box.talker.peer_id == "talker-a" for box in gw.backend.mailboxes.values()),
+                            "the held request assigned to talker-a")
+                a.close()
+                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                            "talker-a out of rotation")
+                held = await finish(call, "Then it ends.")
+                restarted = FakeTalker(peer_id="talker-a", port=port_a)   # compose restarts it on its address
+                try:
+                    await until(lambda: len(gw.backend.healthy_talkers()) == 2, "talker-a back in rotation")
+                    # two streams at once: the least-loaded pick puts one on each talker
+                    first, first_id = await open_stream(stub)
+                    second, second_id = await open_stream(stub)
+                    ends = [await finish(first, "Back again."), await finish(second, "Done.")]
+                    return held, ends, {first_id, second_id}, set(restarted.requests)
+                finally:
+                    restarted.close()
+
+    held, ends, new_ids, on_restarted = run(body())
+    held_id = held[0].start.request_id
+    assert held[-1].HasField("summary") and held_id in b.requests and held_id not in a.requests
+    assert tokens_from_pcm(np.frombuffer(audio_of(held), "<f4")) == [
+        i % 1000 for i in tok.target_ids("Held in the gateway. Then it ends.")]
+    assert all(end[-1].HasField("summary") for end in ends)
+    assert len(new_ids & on_restarted) == 1 and len(new_ids & set(b.requests)) == 1
