@@ -51,8 +51,8 @@ def test_plan_keeps_what_docker_compose_resolves(name, tmp_path):
             assert replica.env[key] == (value or "")
         devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
         assert replica.env.get("CUDA_VISIBLE_DEVICES") == (",".join(devices[0]["device_ids"]) if devices else None)
-    started = [r.service for r in plan.replicas]
-    assert started.index("vocoder") < started.index("talker") < started.index("gateway")
+    started = [r.role for r in plan.replicas]   # every vocoder, then every talker, then the gateway
+    assert started == sorted(started, key=["vocoder", "talker", "gateway"].index)
 
 
 def test_restart_policy_is_kept_and_checked(tmp_path):
@@ -84,6 +84,24 @@ def test_multi_gpu_plan_gives_each_replica_an_address_and_lists_them_as_peers(tm
     assert flags["--voices-dir"] == str(tmp_path / "volumes" / "voices")
     assert "--device" not in flags   # an override never adds a flag a command lacks
     assert gateway.health_target == f"{gateway.address}:50051" and gateway.stop_grace_s == 30.0
+
+
+def test_four_gpu_plan_gives_each_talker_and_vocoder_its_own_gpu_and_lists_every_peer(tmp_path):
+    plan = load_plan(COMPOSE_FILES["four"], tmp_path, environ={}, flag_overrides={"device": "cpu"})
+    talkers, vocoders, (gateway,) = plan.of("talker-a") + plan.of("talker-b"), \
+        plan.of("vocoder-a") + plan.of("vocoder-b"), plan.of("gateway")
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in talkers + vocoders] == ["0", "1", "2", "3"]
+    assert len({r.address for r in plan.replicas}) == len(plan.replicas) == 5
+    for talker in talkers:
+        assert parse_flags(talker.args)["--vocoders"] == ",".join(f"tcp://{v.address}:5701" for v in vocoders)
+        assert talker.env["QWEN3_TTS_TALKER_GPU_MEMORY_FRACTION"] == "0.9" and talker.restarts
+    assert parse_flags(gateway.args)["--talkers"] == ",".join(f"tcp://{t.address}:5601" for t in talkers)
+    shared = load_plan(COMPOSE_FILES["four-shared"], tmp_path, environ={})
+    for x, gpu in zip("abcd", "0123"):
+        (talker,), (vocoder,) = shared.of(f"talker-{x}"), shared.of(f"vocoder-{x}")
+        assert talker.env["CUDA_VISIBLE_DEVICES"] == vocoder.env["CUDA_VISIBLE_DEVICES"] == gpu
+        assert len(parse_flags(talker.args)["--vocoders"].split(",")) == 4
+    assert len(parse_flags(shared.of("gateway")[0].args)["--talkers"].split(",")) == 4
 
 
 def _finished(target: str) -> int:

@@ -3,19 +3,21 @@ from __future__ import annotations
 
 import pytest
 
+from service_common.memory_sizing import MAX_AUTO_SLOTS
 from test_deploy_support import (CHART, SERVICE_ROLES, assert_cli_accepts, assert_env_keys_are_flags,
                                  cli_flags, helm, parse_flags, render_chart, split_endpoint)
 
 MULTI = str(CHART / "ci" / "multi-replica-values.yaml")
+FOUR = str(CHART / "ci" / "four-gpu-values.yaml")
+VALUES = {"default": (), "multi": ("-f", MULTI), "four": ("-f", FOUR)}
 NAMESPACE = "speech"
 GPU = "nvidia.com/gpu"
 HEALTH_PORT_FLAG = "--grpc-port"  # every role serves grpc.health.v1 on its gRPC port
 
 
-@pytest.fixture(scope="module", params=["default", "multi"])
+@pytest.fixture(scope="module", params=sorted(VALUES))
 def rendered(request):
-    extra = ("-f", MULTI) if request.param == "multi" else ()
-    return request.param, render_chart(*extra, namespace=NAMESPACE)
+    return request.param, render_chart(*VALUES[request.param], namespace=NAMESPACE)
 
 
 def by_kind(objects, kind):
@@ -49,9 +51,9 @@ def selects(selector: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-@pytest.mark.parametrize("values", [(), ("-f", MULTI)], ids=["default", "multi"])
-def test_helm_lint_strict_passes(values):
-    done = helm("lint", "--strict", str(CHART), *values)
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_helm_lint_strict_passes(name):
+    done = helm("lint", "--strict", str(CHART), *VALUES[name])
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -182,22 +184,37 @@ def test_config_maps_feed_real_settings(rendered):
         assert len(annotation) == 64  # pods roll when engine settings change
 
 
+def config_data(objects, role: str) -> dict[str, str]:
+    (source,) = container(deployments_by_role(objects)[role])["envFrom"]
+    return by_kind(objects, "ConfigMap")[source["configMapRef"]["name"]]["data"]
+
+
 def test_each_vocoder_pod_can_carry_every_stream_a_talker_admits(rendered):
     """As in the compose files: a vocoder refuses streams beyond its slots, so one pod alone (its
-    peers restarting) must hold every stream of a talker."""
+    peers restarting) must hold every stream of a talker (0 = auto: up to MAX_AUTO_SLOTS)."""
     _, objects = rendered
-    config_maps = by_kind(objects, "ConfigMap")
-    slots = {}
-    for role in ("talker", "vocoder"):
-        (source,) = container(deployments_by_role(objects)[role])["envFrom"]
-        data = config_maps[source["configMapRef"]["name"]]["data"]
-        slots[role] = int(data[f"QWEN3_TTS_{role.upper()}_MAX_SLOTS"])
+    slots = {role: int(config_data(objects, role)[f"QWEN3_TTS_{role.upper()}_MAX_SLOTS"]) or MAX_AUTO_SLOTS
+             for role in ("talker", "vocoder")}
     assert slots["vocoder"] >= slots["talker"], slots
+
+
+def test_four_gpu_values_give_each_pod_a_gpu_sized_from_its_memory():
+    objects = render_chart("-f", FOUR)
+    deployments = deployments_by_role(objects)
+    assert {role: d["spec"]["replicas"] for role, d in deployments.items()} == {"gateway": 1, "talker": 2, "vocoder": 2}
+    assert all(container(deployments[role])["resources"]["limits"][GPU] == 1 for role in ("talker", "vocoder"))
+    talker, vocoder, gateway = (config_data(objects, role) for role in ("talker", "vocoder", "gateway"))
+    assert talker["QWEN3_TTS_TALKER_MAX_SLOTS"] == "0" and float(talker["QWEN3_TTS_TALKER_GPU_MEMORY_FRACTION"]) == 0.9
+    assert vocoder["QWEN3_TTS_VOCODER_GRAPH_MEMORY_BUDGET_MB"] == "0"
+    assert float(vocoder["QWEN3_TTS_VOCODER_GPU_MEMORY_FRACTION"]) == 0.9
+    # one vocoder pod alone holds both talkers' streams; the gateway admits their slots + queues
+    assert int(vocoder["QWEN3_TTS_VOCODER_MAX_SLOTS"]) >= 2 * MAX_AUTO_SLOTS
+    assert int(gateway["QWEN3_TTS_GATEWAY_MAX_STREAMS"]) >= 2 * 2 * MAX_AUTO_SLOTS
 
 
 @pytest.mark.parametrize("role", SERVICE_ROLES)
 def test_chart_flags_exist_in_the_service_cli(role):
-    for values in ((), ("-f", MULTI)):
+    for values in VALUES.values():
         dep = deployments_by_role(render_chart(*values))[role]
         unknown = set(role_flags(dep)) - cli_flags(role)
         assert not unknown, f"chart passes {sorted(unknown)} to {role}, whose CLI has no such flags"

@@ -20,7 +20,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "qwen3-tts"
-COMPOSE_FILES = {"single": DEPLOY / "compose" / "single-gpu.yml", "multi": DEPLOY / "compose" / "multi-gpu.yml"}
+COMPOSE_FILES = {"single": DEPLOY / "compose" / "single-gpu.yml", "multi": DEPLOY / "compose" / "multi-gpu.yml",
+                 "four": DEPLOY / "compose" / "four-gpu.yml", "four-shared": DEPLOY / "compose" / "four-gpu-shared.yml"}
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 KUBE_VERSION = "1.29.0"  # Helm 3.6's default (1.20) is below the chart's kubeVersion (gRPC probes)
