@@ -15,4 +15,8 @@ bash scripts/install_deploy_tools.sh
 bash scripts/install_test_data.sh
 # Debian's chromium for the page's real-browser test (Playwright drives it; no browser download).
 bash scripts/install_browser.sh
-exec $PY -m pytest -q "$@"
+# One worker per core (pytest-xdist), each taking whole files (--dist loadfile), so a module's
+# fixtures (a running stack, a kernel child's results) are made once, in the order conftest.py gives
+# (longest files first; --no-loadscope-reorder keeps xdist from re-sorting them by test count).
+# TEST_WORKERS=0 runs everything in this one process.
+exec $PY -m pytest -q -n "${TEST_WORKERS:-$(nproc)}" --dist loadfile --no-loadscope-reorder "$@"
