@@ -22,6 +22,9 @@ from protos.tts.internal.v1 import common_pb2, talker_pb2, vocoder_pb2
 
 T = wire.MessageType
 SAMPLES_PER_FRAME = 1920
+# Polled waits end as soon as their condition holds: the limit is only there for a hang, so it is
+# one that a slow (loaded 2-core, parallel tests) machine does not reach.
+POLL_TIMEOUT_S = 30.0
 
 
 def frame_pcm(token_id: int) -> np.ndarray:
@@ -165,7 +168,7 @@ class FakeTalker:
             self._reply(identity, T.VOICE_ENCODED, talker_pb2.VoiceEncoded(request_id=header.request_id, prompt=prompt))
 
     # ---- test helpers ---------------------------------------------------------------------
-    def wait_for(self, predicate, timeout_s: float = 5.0):
+    def wait_for(self, predicate, timeout_s: float = POLL_TIMEOUT_S):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
@@ -195,10 +198,10 @@ async def running_gateway(model_dir: Path, talkers: list[str], tmp_path: Path, *
     await server.start()
     try:
         if wait_serving:
-            deadline = time.monotonic() + 5.0
+            deadline = time.monotonic() + POLL_TIMEOUT_S
             while not server.backend.is_serving:
                 if time.monotonic() > deadline:
-                    raise TimeoutError("gateway did not see a healthy talker in 5 s")
+                    raise TimeoutError(f"gateway did not see a healthy talker in {POLL_TIMEOUT_S} s")
                 await asyncio.sleep(0.02)
         yield server
     finally:
