@@ -1,19 +1,21 @@
-"""Kill one vocoder replica of a compose run mid-load and record what happens (issue #13).
+"""Kill one vocoder or talker replica of a compose run mid-load and record what happens (issues #13, #38).
 
     python benchmarks/replica_kill.py --compose-ready /tmp/compose-ready.json --kill vocoder-1 --out kill.json
+    python benchmarks/replica_kill.py --compose-ready /tmp/compose-ready.json --kill talker-a-1 --out kill.json
 
 Against a stack started by `python -m launcher.compose_run` (its ready file lists every replica's
-pid and admin address):
-1. `during`: --streams streams start together; after --kill-after-s the talker is asked how many
-   streams each vocoder holds, and the replica named by --kill gets SIGKILL (no drain, as a crashed
-   node or an OOM kill). Every stream's end is recorded: finished, or its gRPC status and message,
-   how much audio it got, and how long after the kill it ended.
-2. `after`: as soon as the talker has dropped the killed replica (a stream on it failed, or it
-   calls it unhealthy), --streams new streams, while `during` still runs. They should all finish,
-   and the vocoders' own counters show which replica took them (the killed one is down).
+pid, role and admin address):
+1. `during`: --streams streams start together; after --kill-after-s the talkers are asked how many
+   streams each holds and each of their vocoders holds, and the replica named by --kill gets
+   SIGKILL (no drain, as a crashed node or an OOM kill). Every stream's end is recorded: finished,
+   or its gRPC status and message, how much audio it got, and how long after the kill it ended.
+2. `after`: as soon as the killed replica is dropped (a stream on it failed, or - a vocoder - the
+   talkers call it unhealthy), --streams new streams, while `during` still runs. They should all
+   finish, and the replicas' own counters show which took them (the killed one is down).
 3. `rejoin` (unless --rejoin-timeout-s 0): once compose_run has started the killed replica again
    and it answers SERVING, --streams more; the load split shows whether it takes work again.
-Writes one JSON with each phase's outcomes, load split and the talker's view of its vocoders.
+Writes one JSON with each phase's outcomes, the load split over the killed replica's role (and
+over the talkers), and the talkers' views of themselves and their vocoders.
 """
 from __future__ import annotations
 
@@ -59,18 +61,43 @@ async def one_stream(client: TtsClient, seed: int, frames: int, voice: str, time
             "first_audio_s": first_audio_s, "audio_s": round(audio_ms / 1e3, 3), "expected_audio_s": frames / 12.5}
 
 
+def _talker_stats(info: dict, timeout_s: float):
+    with grpc.insecure_channel(info["health"]) as channel:
+        return admin_pb2_grpc.TalkerAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=timeout_s)
+
+
 def talker_view(ready: dict, timeout_s: float = 5.0) -> list[dict]:
-    """The talker's vocoder links: endpoint, healthy, streams it routed there."""
-    talkers = [info for info in ready["replicas"].values() if info.get("role") == "talker"]
-    if not talkers:
-        return []
-    with grpc.insecure_channel(talkers[0]["health"]) as channel:
+    """Every talker's vocoder links: endpoint, healthy, streams it routed there (one row per talker
+    and vocoder; a talker that does not answer is one row with its error)."""
+    rows = []
+    for name, info in sorted(ready["replicas"].items()):
+        if info.get("role") != "talker":
+            continue
         try:
-            stats = admin_pb2_grpc.TalkerAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=timeout_s)
+            stats = _talker_stats(info, timeout_s)
         except grpc.RpcError as exc:
-            return [{"error": f"{exc.code().name}: {exc.details()}"}]
-    return [{"endpoint": v.endpoint, "is_healthy": v.is_healthy, "num_streams": v.num_streams,
-             "last_heartbeat_age_ms": round(v.last_heartbeat_age_ms, 1)} for v in stats.vocoders]
+            rows.append({"talker": name, "error": f"{exc.code().name}: {exc.details()}"})
+            continue
+        rows += [{"talker": name, "endpoint": v.endpoint, "is_healthy": v.is_healthy, "num_streams": v.num_streams,
+                  "last_heartbeat_age_ms": round(v.last_heartbeat_age_ms, 1)} for v in stats.vocoders]
+    return rows
+
+
+def talkers_load(ready: dict, timeout_s: float = 5.0) -> list[dict]:
+    """Each talker's own load: its peer id and the streams it holds (in slots or queued)."""
+    rows = []
+    for name, info in sorted(ready["replicas"].items()):
+        if info.get("role") != "talker":
+            continue
+        try:
+            stats = _talker_stats(info, timeout_s)
+        except grpc.RpcError as exc:
+            rows.append({"talker": name, "error": f"{exc.code().name}: {exc.details()}"})
+            continue
+        rows.append({"talker": name, "peer_id": stats.peer_id,
+                     "num_streams": stats.load.num_slots_used + stats.load.num_requests_queued,
+                     "num_started": stats.requests.num_started})
+    return rows
 
 
 def summarize(rows: list[dict], kill_s: float | None) -> dict:
@@ -98,9 +125,9 @@ async def phase(target: str, args, seed0: int) -> list[dict]:
 
 
 async def kill_under_load(target: str, args, kill, victim_endpoint: str, ready: dict, compose_ready: Path) -> dict:
-    """The `during` streams; the kill; then, as soon as the talker has dropped the victim (a stream on
-    it failed, or the talker calls it unhealthy), the `after` streams, while the victim is still down
-    (a replica restarts in seconds on a CPU, before long streams end)."""
+    """The `during` streams; the kill; then, as soon as the victim is dropped (a stream on it failed,
+    or the talkers call the vocoder `victim_endpoint` unhealthy), the `after` streams, while the
+    victim is still down (a replica restarts in seconds on a CPU, before long streams end)."""
     async with TtsClient(target) as client:
         def start(seed0: int) -> list[asyncio.Task]:
             return [asyncio.create_task(one_stream(client, seed0 + i, args.frames, args.voice, args.timeout_s))
@@ -113,7 +140,7 @@ async def kill_under_load(target: str, args, kill, victim_endpoint: str, ready: 
         while time.monotonic() < deadline_s:
             if any(t.done() and t.result()["code"] != "OK" for t in during):
                 break
-            view = await asyncio.to_thread(talker_view, ready)
+            view = await asyncio.to_thread(talker_view, ready) if victim_endpoint else []
             if any(v.get("endpoint") == victim_endpoint and not v["is_healthy"] for v in view):
                 break
             await asyncio.sleep(0.05)
@@ -145,7 +172,7 @@ def wait_rejoined(path: Path, name: str, starts_before: int, timeout_s: float) -
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--compose-ready", type=Path, required=True, help="launcher.compose_run's ready file")
-    p.add_argument("--kill", default="vocoder-1", help="the replica to SIGKILL")
+    p.add_argument("--kill", default="vocoder-1", help="the replica to SIGKILL (a talker or a vocoder)")
     p.add_argument("--streams", type=int, default=64, help="streams in each phase, all started together")
     p.add_argument("--frames", type=int, default=250, help="frames per stream (250 = 20 s of audio)")
     p.add_argument("--kill-after-s", type=float, default=3.0, help="seconds into the first phase")
@@ -161,29 +188,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill not in ready["replicas"]:
         p.error(f"no replica {args.kill!r} in {args.compose_ready}: {sorted(ready['replicas'])}")
     target, victim = ready["grpc_target"], ready["replicas"][args.kill]
-    result: dict = {"bench": "replica_kill", "commit": git_commit(ROOT), "killed": args.kill,
+    role = victim.get("role", "vocoder")
+    if role not in ("talker", "vocoder"):
+        p.error(f"--kill {args.kill}: a {role} replica; this kills a talker or a vocoder")
+    result: dict = {"bench": "replica_kill", "commit": git_commit(ROOT), "killed": args.kill, "killed_role": role,
                     "streams_per_phase": args.streams, "frames": args.frames, "kill_after_s": args.kill_after_s,
                     "replicas": ready["replicas"], "phases": {}}
 
     def kill() -> dict:
-        view = talker_view(ready)
+        view, loads = talker_view(ready), talkers_load(ready)
         os.kill(victim["pid"], signal.SIGKILL)
-        return {"kill_s": time.monotonic(), "talker_view_at_kill": view}
+        return {"kill_s": time.monotonic(), "talker_view_at_kill": view, "talkers_at_kill": loads}
+
+    def splits(before: dict, now: dict) -> dict:
+        return {"load_split": load_split(before, now, role), "talker_load_split": load_split(before, now, "talker")}
 
     before = collect_replicas(args.compose_ready, reset=False)
-    victim_endpoint = next((v["endpoint"] for v in talker_view(ready)
-                            if v.get("endpoint", "").startswith(f"tcp://{victim['address']}:")), "")
+    victim_endpoint = "" if role == "talker" else next(
+        (v["endpoint"] for v in talker_view(ready) if v.get("endpoint", "").startswith(f"tcp://{victim['address']}:")), "")
     run = asyncio.run(kill_under_load(target, args, kill, victim_endpoint, ready, args.compose_ready))
     now = collect_replicas(args.compose_ready, reset=False)
     result["phases"]["during"] = {"outcome": summarize(run["during"], run["kill_s"]), "rows": run["during"],
                                   "talker_view_at_kill": run["talker_view_at_kill"],
-                                  "load_split": load_split(before, now)}
+                                  "talkers_at_kill": run["talkers_at_kill"], **splits(before, now)}
     # the after streams' split: streams started (audio also counts the during streams' remainder)
     result["phases"]["after"] = {"outcome": summarize(run["after"], None), "rows": run["after"],
                                  "started_s_after_kill": run["after_started_s_after_kill"],
-                                 "load_split": load_split(run["before_after"], now), "talker_view": talker_view(ready)}
-    print("during:", json.dumps(result["phases"]["during"]["outcome"]),
-          "| talker at kill:", result["phases"]["during"]["talker_view_at_kill"], flush=True)
+                                 **splits(run["before_after"], now), "talker_view": talker_view(ready)}
+    at_kill = run["talkers_at_kill"] if role == "talker" else run["talker_view_at_kill"]
+    print("during:", json.dumps(result["phases"]["during"]["outcome"]), f"| {role}s at kill:", at_kill, flush=True)
     print(f"after (started {run['after_started_s_after_kill']} s after the kill):",
           json.dumps(result["phases"]["after"]["outcome"]), "| split:", result["phases"]["after"]["load_split"],
           flush=True)
@@ -193,12 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         result["kill_to_serving_again_s"] = None if rejoined_s is None else round(rejoined_s - run["kill_s"], 2)
         if rejoined_s is not None:
             print(f"{args.kill} SERVING again {result['kill_to_serving_again_s']} s after the kill", flush=True)
-            time.sleep(2.0)   # a heartbeat or two, so the talker counts it healthy again
+            time.sleep(2.0)   # a heartbeat or two, so its peers (talkers or gateway) count it healthy again
             before = collect_replicas(args.compose_ready, reset=False)
             rows = asyncio.run(phase(target, args, 30_000))
             result["phases"]["rejoin"] = {"outcome": summarize(rows, None), "rows": rows,
-                                          "load_split": load_split(before, collect_replicas(args.compose_ready,
-                                                                                            reset=False)),
+                                          **splits(before, collect_replicas(args.compose_ready, reset=False)),
                                           "talker_view": talker_view(ready)}
             print("rejoin:", json.dumps(result["phases"]["rejoin"]["outcome"]), "| split:",
                   result["phases"]["rejoin"]["load_split"], flush=True)

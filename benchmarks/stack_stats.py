@@ -104,23 +104,26 @@ def collect_replicas(compose_ready: Path | None, reset: bool = True, timeout_s: 
             for name, info in sorted(replicas.items()) if info.get("role") in STUBS}
 
 
-def load_split(before: dict, after: dict) -> dict:
-    """What each vocoder replica served between two collect_replicas() snapshots (its counters run
-    from its start: a replica that restarted in between counts from zero): {name: {streams,
-    audio_s, audio_share}}."""
+def load_split(before: dict, after: dict, role: str = "vocoder") -> dict:
+    """What each replica of `role` served between two collect_replicas() snapshots (its counters run
+    from its start: a replica that restarted in between counts from zero). Vocoders: {name: {streams,
+    audio_s, audio_share}}; talkers (no audio of their own): {name: {streams, stream_share}}.
+    Replicas are told apart by name: a compose service's name starts with its role."""
     served = {}
     for name, now in after.items():
-        if not name.startswith("vocoder") or "error" in now:
+        if not name.startswith(role) or "error" in now:
             continue
-        streams, audio_s = now["requests"]["num_started"], now["audio_s_emitted"]
+        streams = now["requests"]["num_started"]
+        audio_s = now.get("audio_s_emitted", 0.0)
         then = before.get(name)
         if then and "requests" in then and then["requests"]["num_started"] <= streams:   # not restarted since
             streams -= then["requests"]["num_started"]
-            audio_s -= then["audio_s_emitted"]
-        served[name] = {"streams": streams, "audio_s": round(audio_s, 3)}
-    total_audio_s = sum(s["audio_s"] for s in served.values())
+            audio_s -= then.get("audio_s_emitted", 0.0)
+        served[name] = {"streams": streams, "audio_s": round(audio_s, 3)} if role == "vocoder" else {"streams": streams}
+    share_of, share = ("audio_s", "audio_share") if role == "vocoder" else ("streams", "stream_share")
+    total = sum(s[share_of] for s in served.values())
     for s in served.values():
-        s["audio_share"] = round(s["audio_s"] / total_audio_s, 4) if total_audio_s else 0.0
+        s[share] = round(s[share_of] / total, 4) if total else 0.0
     return served
 
 

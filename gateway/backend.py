@@ -121,9 +121,11 @@ class Backend:
         self.mailboxes: dict[str, Mailbox] = {}
         self.tasks: list[asyncio.Task] = []
         self.on_health_change = lambda is_serving: None
+        self.on_num_healthy_change = lambda num_healthy: None   # healthy talkers (the metrics gauge)
         self.audio = AudioIntake(lambda kind, header, array: self._deliver(Event(kind, header, array), "vocoder"),
                                  self.peer_id)
         self._was_healthy = False
+        self._num_healthy = 0
 
     def _connect(self, endpoint: str) -> TalkerPeer:
         sock = self.context.socket(zmq.DEALER)
@@ -250,14 +252,22 @@ class Backend:
     async def _watch_link(self, talker: TalkerPeer) -> None:
         """The DEALER's link events: a closed link is a lost talker (its streams fail now, not after
         `peer_timeout_ms` of silence); a new link waits for its first heartbeat before new work."""
+        num_links = 0
         while True:
             event = zmq.utils.monitor.parse_monitor_message(await talker.monitor.recv_multipart())
-            talker.last_seen_s = 0.0   # a heartbeat read after this came over the link just made or lost
             if event["event"] == zmq.EVENT_CONNECTED:
+                num_links += 1
                 talker.is_connected = True
+                if num_links > 1:
+                    # A heartbeat read since the link closed may be the dead process's last: wait for
+                    # one over this link. (Not on the first link: there every heartbeat is fresh, and
+                    # the first is often read before this event, which would cost a heartbeat period.)
+                    talker.last_seen_s = 0.0
                 logger.info("talker link to %s connected", talker.endpoint)
+                self._check_health()
                 continue
             talker.is_connected = False
+            talker.last_seen_s = 0.0
             logger.warning("talker %s lost: connection closed (%d live streams)", talker.name, talker.num_streams)
             self._fail_streams(talker, f"talker {talker.name} lost: connection closed")
             self._check_health()
@@ -296,7 +306,11 @@ class Backend:
                     origin=self.peer_id)))
 
     def _check_health(self) -> None:
-        is_healthy = self.is_serving
+        num_healthy = len(self.healthy_talkers())
+        if num_healthy != self._num_healthy:
+            self._num_healthy = num_healthy
+            self.on_num_healthy_change(num_healthy)
+        is_healthy = num_healthy > 0
         if is_healthy != self._was_healthy:
             self._was_healthy = is_healthy
             logger.info("backend %s", "SERVING: a talker with a vocoder is reachable" if is_healthy

@@ -71,6 +71,7 @@ class GatewayServer:
         enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self.server)
         await self._set_health(False)
         self.backend.on_health_change = lambda ok: asyncio.get_running_loop().create_task(self._set_health(ok))
+        self.backend.on_num_healthy_change = self.metrics.healthy_talkers.set
         self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")
         # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
         if config.metrics_port >= 0:
@@ -102,7 +103,6 @@ class GatewayServer:
         state = _SERVING if is_serving else _NOT_SERVING
         await self.health.set("", state)
         await self.health.set(SERVICE_NAME, state)
-        self.metrics.healthy_talkers.set(len(self.backend.healthy_talkers()))
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new calls, let live ones finish for up to `grace_s`, then stop everything."""

@@ -3,10 +3,12 @@ every command and environment that the real docker-compose resolves, changing on
 engine would provide; a real run of the multi-GPU file (tiny, CPU) serves audio through both
 vocoder replicas, survives a replica killed under load (benchmarks/replica_kill.py: the streams on
 it fail UNAVAILABLE, new ones go to the survivor, the replica is restarted and takes work again)
-and stops cleanly on SIGTERM."""
+and stops cleanly on SIGTERM; a real run of the four-GPU file spreads streams over both talkers and
+survives a talker killed under load the same way (issue #38)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -110,14 +112,20 @@ def _finished(target: str) -> int:
             .requests.num_finished
 
 
-def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
-    from client import TtsClient, make_config
-    from protos.tts.v1 import config_pb2
+def _talker_started(target: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        return admin_pb2_grpc.TalkerAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=5) \
+            .requests.num_started
 
+
+@contextlib.contextmanager
+def compose_stack(name: str, tmp_path):
+    """compose_run of COMPOSE_FILES[name] with the tiny checkpoint on CPU: (process, ready file, its
+    contents) once every replica is SERVING; SIGTERM (then SIGKILL) in the end."""
     ready = tmp_path / "ready.json"
     env = dict(os.environ, QWEN3_TTS_MODEL="tiny", QWEN3_TTS_VOCODER_CPU_THREADS="1", QWEN3_TTS_TALKER_CPU_THREADS="1",
                PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "launcher.compose_run", str(COMPOSE_FILES["multi"]), "--set",
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.compose_run", str(COMPOSE_FILES[name]), "--set",
                              "device=cpu", "--work-dir", str(tmp_path / "work"), "--ready-file", str(ready),
                              "--health-timeout-s", "150"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -127,25 +135,7 @@ def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
             assert proc.poll() is None, proc.stdout.read()[-4000:]
             assert time.monotonic() < deadline, "compose stack not ready in time"
             time.sleep(0.2)
-        info = json.loads(ready.read_text())
-        vocoders = [v["health"] for name, v in info["replicas"].items() if name.startswith("vocoder")]
-        assert len(vocoders) == 2
-
-        async def synthesize_many():
-            cfg = make_config("vivian", language="english", encoding=config_pb2.AUDIO_ENCODING_FLOAT32, seed=1,
-                              max_frames=6, min_frames=6)
-            async with TtsClient(info["grpc_target"]) as client:
-                replies = await asyncio.gather(*(client.synthesize(f"Hello number {i}.", cfg, timeout_s=60)
-                                                 for i in range(6)))
-            return replies
-
-        replies = asyncio.run(asyncio.wait_for(synthesize_many(), 90))
-        assert all(r.summary.num_frames == 6 and len(r.audio) > 0 for r in replies)
-        per_vocoder = [_finished(v) for v in vocoders]
-        assert sum(per_vocoder) == 6 and min(per_vocoder) >= 1, per_vocoder   # least-loaded spreads them
-        check_replica_kill(ready, tmp_path / "kill.json", info)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        yield proc, ready, json.loads(ready.read_text())
     finally:
         if proc.poll() is None:   # SIGTERM first: compose_run stops its replicas (SIGKILL would orphan them)
             proc.send_signal(signal.SIGTERM)
@@ -154,6 +144,93 @@ def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+def wait_healthy_talkers(gateway: dict, num_talkers: int, timeout_s: float = 30.0) -> None:
+    """Until the gateway's `tts_healthy_talkers` gauge (its metrics port, 9090 in the compose files)
+    counts `num_talkers`: it is SERVING once the first one is healthy."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"http://{gateway['address']}:9090/metrics", timeout=5) as reply:
+            lines = reply.read().decode().splitlines()
+        if f"tts_healthy_talkers {float(num_talkers)}" in lines:
+            return
+        assert time.monotonic() < deadline, [line for line in lines if line.startswith("tts_healthy_talkers")]
+        time.sleep(0.1)
+
+
+def synthesize_many(target: str, num_streams: int = 6) -> list:
+    from client import TtsClient, make_config
+    from protos.tts.v1 import config_pb2
+
+    async def body():
+        cfg = make_config("vivian", language="english", encoding=config_pb2.AUDIO_ENCODING_FLOAT32, seed=1,
+                          max_frames=6, min_frames=6)
+        async with TtsClient(target) as client:
+            return await asyncio.gather(*(client.synthesize(f"Hello number {i}.", cfg, timeout_s=60)
+                                          for i in range(num_streams)))
+
+    replies = asyncio.run(asyncio.wait_for(body(), 90))
+    assert all(r.summary.num_frames == 6 and len(r.audio) > 0 for r in replies)
+    return replies
+
+
+def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
+    with compose_stack("multi", tmp_path) as (proc, ready, info):
+        vocoders = [v["health"] for name, v in info["replicas"].items() if name.startswith("vocoder")]
+        assert len(vocoders) == 2
+        synthesize_many(info["grpc_target"])
+        per_vocoder = [_finished(v) for v in vocoders]
+        assert sum(per_vocoder) == 6 and min(per_vocoder) >= 1, per_vocoder   # least-loaded spreads them
+        check_replica_kill(ready, tmp_path / "kill.json", info)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_four_gpu_file_spreads_streams_over_both_talkers_and_survives_one_killed(tmp_path):
+    """SIGKILL talker-a under load: exactly the streams it held fail UNAVAILABLE naming it (the
+    gateway sees its link close), the rest finish whole; the next streams all go to talker-b;
+    compose_run restarts talker-a and the gateway gives it work again."""
+    from benchmarks.replica_kill import main as replica_kill
+
+    with compose_stack("four", tmp_path) as (proc, ready, info):
+        talkers = {name: v["health"] for name, v in info["replicas"].items() if v["role"] == "talker"}
+        assert sorted(talkers) == ["talker-a-1", "talker-b-1"]
+        wait_healthy_talkers(info["replicas"]["gateway-1"], 2)
+        synthesize_many(info["grpc_target"])
+        per_talker = [_talker_started(t) for t in talkers.values()]
+        assert sum(per_talker) == 6 and min(per_talker) >= 1, per_talker   # least-loaded spreads them
+
+        out = tmp_path / "kill.json"
+        assert replica_kill(["--compose-ready", str(ready), "--kill", "talker-a-1", "--streams", "4", "--frames",
+                             "100", "--kill-after-s", "1.5", "--rejoin-timeout-s", "120", "--timeout-s", "120",
+                             "--out", str(out)]) == 0
+        result = json.loads(out.read_text())
+        restarted = json.loads(ready.read_text())["replicas"]["talker-a-1"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+    during = result["phases"]["during"]
+    at_kill = {t["talker"]: t for t in during["talkers_at_kill"]}
+    victim_pid = str(info["replicas"]["talker-a-1"]["pid"])
+    assert at_kill["talker-a-1"]["peer_id"].endswith(f":{victim_pid}")
+    on_victim, on_survivor = at_kill["talker-a-1"]["num_streams"], at_kill["talker-b-1"]["num_streams"]
+    assert on_victim >= 1 and on_victim + on_survivor == 4, at_kill
+    failed = [r for r in during["rows"] if r["code"] != "OK"]
+    assert len(failed) == on_victim and {r["code"] for r in failed} == {"UNAVAILABLE"}, during["outcome"]
+    assert all("talker" in r["details"] and victim_pid in r["details"] for r in failed), during["outcome"]["messages"]
+    assert all(r["audio_s"] == r["expected_audio_s"] for r in during["rows"] if r["code"] == "OK")
+    after = result["phases"]["after"]
+    assert after["outcome"]["by_code"] == {"OK": 4} and after["outcome"]["num_full_length"] == 4
+    assert after["talker_load_split"]["talker-b-1"]["streams"] == 4, after["talker_load_split"]
+    assert sum(s["streams"] for s in after["talker_load_split"].values()) == 4, after["talker_load_split"]
+    assert result["kill_to_serving_again_s"] is not None
+    assert restarted["num_starts"] == 2 and restarted["pid"] != info["replicas"]["talker-a-1"]["pid"]
+    rejoin = result["phases"]["rejoin"]
+    assert rejoin["outcome"]["by_code"] == {"OK": 4}
+    assert rejoin["talker_load_split"]["talker-a-1"]["streams"] >= 1, rejoin["talker_load_split"]
 
 
 def check_replica_kill(ready, out, info):

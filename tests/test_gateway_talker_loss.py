@@ -5,7 +5,7 @@ that ends UNAVAILABLE can only have been ended by the link-closed path (the DEAL
 not by the talker's silence. Proves: only the killed talker's streams end, with UNAVAILABLE naming
 it; the other talker's stream finishes whole; new streams go to the survivor; a stream still
 collecting its text in the gateway moves to the survivor instead of failing; the talker restarted
-on its address takes work again once it heartbeats.
+on its address takes work again once it heartbeats; the `tts_healthy_talkers` gauge follows.
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ async def until(condition, what: str, timeout_s: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for: {what}"
         await asyncio.sleep(0.02)
+
+
+def healthy_gauge(gw) -> float:
+    return gw.metrics.registry.get_sample_value("tts_healthy_talkers")
 
 
 async def open_stream(stub):
@@ -115,19 +119,22 @@ def test_stream_collecting_its_text_moves_to_the_survivor_and_a_restarted_talker
                 a.close()
                 await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
                             "talker-a out of rotation")
+                gauges = [healthy_gauge(gw)]
                 held = await finish(call, "Then it ends.")
                 restarted = FakeTalker(peer_id="talker-a", port=port_a)   # compose restarts it on its address
                 try:
                     await until(lambda: len(gw.backend.healthy_talkers()) == 2, "talker-a back in rotation")
+                    gauges.append(healthy_gauge(gw))
                     # two streams at once: the least-loaded pick puts one on each talker
                     first, first_id = await open_stream(stub)
                     second, second_id = await open_stream(stub)
                     ends = [await finish(first, "Back again."), await finish(second, "Done.")]
-                    return held, ends, {first_id, second_id}, set(restarted.requests)
+                    return held, ends, {first_id, second_id}, set(restarted.requests), gauges
                 finally:
                     restarted.close()
 
-    held, ends, new_ids, on_restarted = run(body())
+    held, ends, new_ids, on_restarted, gauges = run(body())
+    assert gauges == [1.0, 2.0]
     held_id = held[0].start.request_id
     assert held[-1].HasField("summary") and held_id in b.requests and held_id not in a.requests
     assert tokens_from_pcm(np.frombuffer(audio_of(held), "<f4")) == [
