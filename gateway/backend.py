@@ -126,6 +126,7 @@ class Backend:
                                  self.peer_id)
         self._was_healthy = False
         self._num_healthy = 0
+        self._next_pick = 0   # index in self.talkers where the round of tied picks goes on
 
     def _connect(self, endpoint: str) -> TalkerPeer:
         sock = self.context.socket(zmq.DEALER)
@@ -222,9 +223,16 @@ class Backend:
 
     def pick_talker(self) -> TalkerPeer | None:
         """The least-loaded healthy talker (its heartbeat load, or this gateway's own count of
-        streams on it when that is higher: heartbeats lag a burst of new requests)."""
+        streams on it when that is higher: heartbeats lag a burst of new requests). Ties go round
+        the list from the one after the last pick: always the first of equals would send every
+        stream of a lightly loaded stack (one at a time) to one talker."""
         healthy = self.healthy_talkers()
-        return min(healthy, key=TalkerPeer.score) if healthy else None
+        if not healthy:
+            return None
+        n = len(self.talkers)
+        talker = min(healthy, key=lambda t: (t.score(), (self.talkers.index(t) - self._next_pick) % n))
+        self._next_pick = (self.talkers.index(talker) + 1) % n
+        return talker
 
     @property
     def is_serving(self) -> bool:

@@ -10,6 +10,7 @@ on its address takes work again once it heartbeats; the `tts_healthy_talkers` ga
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import numpy as np
@@ -141,3 +142,30 @@ def test_stream_collecting_its_text_moves_to_the_survivor_and_a_restarted_talker
         i % 1000 for i in tok.target_ids("Held in the gateway. Then it ends.")]
     assert all(end[-1].HasField("summary") for end in ends)
     assert len(new_ids & on_restarted) == 1 and len(new_ids & set(b.requests)) == 1
+
+
+def test_pick_takes_the_least_loaded_talker_and_goes_round_among_equals():
+    """By load first (heartbeat load, or this gateway's own stream count when higher); among equals
+    the next one after the last pick, so streams arriving one at a time spread over the talkers."""
+    from gateway.backend import Backend
+
+    async def body():
+        backend = Backend(("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"), "tcp://127.0.0.1:*")
+        try:
+            for i, talker in enumerate(backend.talkers):   # as after a heartbeat over a live link
+                talker.peer_id, talker.is_connected, talker.num_healthy_vocoders = f"t{i}", True, 1
+                talker.last_seen_s = time.monotonic() + 60.0
+                talker.load.num_slots_total = 4
+            alone = [backend.pick_talker().peer_id for _ in range(4)]          # one at a time: nothing open
+            boxes = [backend.open_mailbox(f"r{i}", backend.pick_talker()) for i in range(3)]   # a burst
+            burst = [box.talker.peer_id for box in boxes]
+            backend.talkers[1].load.num_slots_used = 3                        # t1 busy with another gateway's work
+            after = [backend.pick_talker().peer_id for _ in range(2)]
+            return alone, burst, after
+        finally:
+            await backend.stop()
+
+    alone, burst, after = asyncio.run(asyncio.wait_for(body(), 10))
+    assert alone == ["t0", "t1", "t2", "t0"]
+    assert sorted(burst) == ["t0", "t1", "t2"]
+    assert after == ["t2", "t0"]
