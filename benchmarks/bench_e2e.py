@@ -304,6 +304,7 @@ def main() -> int:
             row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
             if args.compose_ready:
                 row["vocoder_load_split"] = load_split(before, row["server_stats"])
+                row["talker_load_split"] = load_split(before, row["server_stats"], "talker")
             rows.append(row)
             stalls = row["stalls"]
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms (client p95 "
@@ -325,6 +326,10 @@ def main() -> int:
                 print("        vocoder load split: " + ", ".join(
                     f"{name} {s['streams']} streams / {s['audio_s']:.0f} audio-s ({s['audio_share']:.0%})"
                     for name, s in row["vocoder_load_split"].items()), flush=True)
+            if len(row.get("talker_load_split") or {}) > 1:
+                print("        talker load split: " + ", ".join(
+                    f"{name} {s['streams']} streams ({s['stream_share']:.0%})"
+                    for name, s in row["talker_load_split"].items()), flush=True)
         commit = read_commit(ROOT)
         gpu = ""
         if args.device.startswith("cuda"):

@@ -2,7 +2,7 @@
 # Every GPU benchmark of the project in one device call; results land in $OUT (the device tool
 # copies them back). Run from the repo root on the GPU machine:
 #   bash benchmarks/run_gpu_suite.sh [kernels snake decoder talker vocoder-service talker-service e2e e2e-2gpu]
-# (default: all but e2e-2gpu, which needs two GPUs). Pieces:
+# (default: all but e2e-2gpu / e2e-4gpu / e2e-4gpu-shared, which need two / four GPUs). Pieces:
 #   kernels                  the Triton kernel tests on the GPU (their CUDA-only cases: bit-equality
 #                            with torch's CUDA ops, CUDA-graph capture), before anything is timed
 #   snake, decoder, talker   kernels, decoder step, talker step (foundation + talker-model issues)
@@ -85,6 +85,17 @@
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
 #                            vocoders GPU 1), e2e at concurrency 64 and 256 with each vocoder's
 #                            share, then vocoder-1 killed under load (benchmarks/replica_kill.py)
+#   e2e-4gpu                 issue #38: deploy/compose/four-gpu.yml (talkers GPUs 0-1, vocoders 2-3) run
+#                            without Docker: seconds to SERVING (cold caches on a fresh machine), e2e at
+#                            E2E_4GPU_LEVELS (64,256,512; 10 s utterances, staggered starts = steady
+#                            arrivals) with each talker's and vocoder's share, then each replica of
+#                            E2E_4GPU_KILLS (talker-a-1 vocoder-a-1) SIGKILLed under KILL_STREAMS and
+#                            brought back by compose_run, then the stack started again (warm caches):
+#                            e2e-4gpu.log (every table and timing), .json, -kill-<replica>.json,
+#                            -service-logs.tgz. Too long for one 10-minute call with both kills:
+#                            E2E_4GPU_KILLS="" (sweep) and E2E_4GPU_LEVELS="" E2E_4GPU_KILLS=... split it
+#   e2e-4gpu-shared          the same for deploy/compose/four-gpu-shared.yml (a talker and a vocoder
+#                            on each GPU; E2E_4GPU_KILLS default talker-a-1 vocoder-a-1 too)
 # Service pieces need the runtime wheels the GPU image lacks (pyzmq, grpcio-health-checking, ...):
 # put them in .whl/ and carry it; they are installed from there without reaching any index.
 # The e2e pieces write a full-size random checkpoint (1.7B CustomVoice, about 4 GB) once.
@@ -299,6 +310,47 @@ e2e_two_gpus() {
   tar czf "$OUT/e2e-2gpu-service-logs.tgz" -C "$work" --exclude volumes . 2>/dev/null
 }
 
+compose_up() {   # compose file, work dir, ready file, log: starts the stack (COMPOSE_PID); UP_S = seconds to ready
+  rm -rf "$3"
+  local t0; t0=$(date +%s.%N)
+  QWEN3_TTS_MODEL=$CKPT python3 -m launcher.compose_run "$1" --work-dir "$2" --ready-file "$3" \
+    --health-timeout-s 600 >> "$4" 2>&1 &
+  COMPOSE_PID=$!
+  wait_ready "$3" "$COMPOSE_PID" 600 || return 1
+  UP_S=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+}
+
+e2e_four_gpus() {   # compose file, tag (e2e-4gpu | e2e-4gpu-shared)
+  # issue #38: the scaling run's four-GPU row and the talker kill; the 1- and 2-GPU rows of the same
+  # load come from the e2e and e2e-2gpu pieces with E2E_LEVELS / E2E_2GPU_LEVELS and --stagger-starts
+  # Kernel caches (Triton, the vocoder's compile cache) live in this user's home on a bare host, so the
+  # first start on a fresh machine is the cold case and the restart after the runs the warm one.
+  local file=$1 tag=$2 ready=/tmp/compose4-ready.json work=/tmp/compose4-work victim
+  local log="$OUT/$tag.log"
+  rm -rf "$work"; mkdir -p "$work"
+  if ! compose_up "$file" "$work/cold" "$ready" "$work/stack.log"; then
+    echo "compose stack did not start; see the stack log in $tag-service-logs.tgz" | tee -a "$log"
+  else
+    echo "$tag: every replica SERVING $UP_S s after start (first start on this machine: cold caches)" | tee -a "$log"
+    nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv | tee -a "$log"
+    if [ -n "${E2E_4GPU_LEVELS-64,256,512}" ]; then
+      python3 benchmarks/bench_e2e.py --compose-ready "$ready" --concurrency "${E2E_4GPU_LEVELS-64,256,512}" \
+        --stagger-starts --out "$OUT/$tag.json" 2>&1 | tee -a "$log"
+    fi
+    for victim in ${E2E_4GPU_KILLS-talker-a-1 vocoder-a-1}; do
+      python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill "$victim" --streams "${KILL_STREAMS:-256}" \
+        --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" \
+        --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" --out "$OUT/$tag-kill-$victim.json" 2>&1 | tee -a "$log"
+    done
+    kill -TERM "$COMPOSE_PID" 2>/dev/null; wait "$COMPOSE_PID"
+    if compose_up "$file" "$work/warm" "$ready" "$work/stack.log"; then
+      echo "$tag: every replica SERVING $UP_S s after a restart (warm caches)" | tee -a "$log"
+    fi
+  fi
+  kill -TERM "$COMPOSE_PID" 2>/dev/null; wait "$COMPOSE_PID"
+  tar czf "$OUT/$tag-service-logs.tgz" -C "$work" --exclude volumes . 2>/dev/null
+}
+
 for w in $which; do
   case $w in
     kernels)
@@ -419,6 +471,8 @@ for w in $which; do
       python3 benchmarks/bench_e2e.py --model "$DESIGN_CKPT" --device cuda --workload voice-design \
         --concurrency "${DESIGN_LEVELS:-1,4,8,16,32,64}" --out "$OUT/e2e-design.json" 2>&1 | tee "$OUT/e2e-design.log" ;;
     e2e-2gpu) install_wheels; random_checkpoint; e2e_two_gpus ;;
+    e2e-4gpu) install_wheels; random_checkpoint; e2e_four_gpus deploy/compose/four-gpu.yml e2e-4gpu ;;
+    e2e-4gpu-shared) install_wheels; random_checkpoint; e2e_four_gpus deploy/compose/four-gpu-shared.yml e2e-4gpu-shared ;;
     e2e-registered-vs-speaker) install_wheels; e2e_registered_vs_speaker ;;
     *) echo "unknown benchmark $w" ;;
   esac
