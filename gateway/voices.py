@@ -3,6 +3,12 @@
 Each voice is two files in the voices directory: `<id>.pb` (the serialized VoicePrompt, the
 talker's input as is) and `<id>.json` (the public RegisteredVoice). Files are written to a
 temporary name and renamed, so a crash never leaves half a voice.
+
+Several gateways may share the directory (a ReadWriteMany claim behind one Service): the files are
+the truth, so a voice registered, replaced or deleted through one gateway is seen by the others at
+their next lookup. A record read from disk is kept while its `.json` is the same file (inode and
+mtime: every write renames a new file into place); the `.pb` is renamed in first, so a `.json`
+never names a prompt older than itself.
 """
 from __future__ import annotations
 
@@ -41,22 +47,38 @@ class VoiceRegistry:
         self.directory = Path(directory or DEFAULT_VOICES_DIR).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, VoiceRecord] = {}
-        self._load()
-
-    def _load(self) -> None:
-        for meta in sorted(self.directory.glob("*.json")):
-            voice_id = meta.stem
-            try:
-                voice = json_format.Parse(meta.read_text(encoding="utf-8"), voices_pb2.RegisteredVoice())
-                prompt = talker_pb2.VoicePrompt.FromString((self.directory / f"{voice_id}.pb").read_bytes())
-            except (OSError, ValueError, json_format.ParseError) as exc:
-                logger.warning("skipping registered voice %s: %s", meta, exc)
-                continue
-            self.records[voice_id] = VoiceRecord(voice, prompt)
+        self._stamps: dict[str, tuple[int, int]] = {}   # voice id -> (inode, mtime_ns) of the .json read
+        self.list()
         logger.info("%d registered voices in %s", len(self.records), self.directory)
 
+    def _forget(self, voice_id: str) -> None:
+        self.records.pop(voice_id, None)
+        self._stamps.pop(voice_id, None)
+
     def get(self, voice_id: str) -> VoiceRecord | None:
-        return self.records.get(voice_id)
+        """The voice as its files are now (another gateway may have changed them); None if absent or
+        unreadable (logged)."""
+        if not VOICE_ID.match(voice_id):   # also keeps a lookup inside the directory
+            return None
+        meta = self.directory / f"{voice_id}.json"
+        try:
+            info = meta.stat()
+        except FileNotFoundError:
+            self._forget(voice_id)
+            return None
+        stamp = (info.st_ino, info.st_mtime_ns)
+        if self._stamps.get(voice_id) == stamp:
+            return self.records[voice_id]
+        try:
+            voice = json_format.Parse(meta.read_text(encoding="utf-8"), voices_pb2.RegisteredVoice())
+            prompt = talker_pb2.VoicePrompt.FromString((self.directory / f"{voice_id}.pb").read_bytes())
+        except (OSError, ValueError, json_format.ParseError) as exc:
+            logger.warning("skipping registered voice %s: %s", meta, exc)
+            self._forget(voice_id)
+            return None
+        self.records[voice_id] = VoiceRecord(voice, prompt)
+        self._stamps[voice_id] = stamp
+        return self.records[voice_id]
 
     def new_id(self) -> str:
         return "voice-" + secrets.token_hex(6)
@@ -68,14 +90,20 @@ class VoiceRegistry:
         _write_atomic(self.directory / f"{voice_id}.pb", record.prompt.SerializeToString())
         _write_atomic(self.directory / f"{voice_id}.json",
                       json_format.MessageToJson(record.voice, preserving_proto_field_name=True).encode())
-        self.records[voice_id] = record
+        self._forget(voice_id)   # read back (and stamped) at the next lookup
 
     def delete(self, voice_id: str) -> VoiceRecord | None:
-        record = self.records.pop(voice_id, None)
+        record = self.get(voice_id)
         if record is not None:
             for suffix in (".json", ".pb"):
                 (self.directory / f"{voice_id}{suffix}").unlink(missing_ok=True)
+        self._forget(voice_id)
         return record
 
     def list(self, model: str = "") -> list[voices_pb2.RegisteredVoice]:
-        return [r.voice for _, r in sorted(self.records.items()) if not model or r.voice.model == model]
+        """Every voice in the directory now (a scan: listing is rare, lookups go by id)."""
+        on_disk = sorted(meta.stem for meta in self.directory.glob("*.json"))
+        for voice_id in set(self.records) - set(on_disk):
+            self._forget(voice_id)
+        records = [record for record in map(self.get, on_disk) if record is not None]
+        return [r.voice for r in records if not model or r.voice.model == model]

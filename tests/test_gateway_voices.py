@@ -102,3 +102,33 @@ def test_a_slow_clone_encoding_counts_in_time_to_first_audio(tmp_path):
     assert num_encoded == len(talker.encoded_voices) == 2
     assert registered.timings.voice_encode_ms == 0
     assert talker.requests[registered_id].start.HasField("clone")   # it went with the stored prompt
+
+
+def test_gateways_sharing_a_voices_directory_see_each_others_voices(tmp_path):
+    """Stateless gateways behind one address (issue #38): a voice registered through one is spoken,
+    listed, replaced and deleted through the other, with no restart (the shared directory is the truth)."""
+    model_dir = resolve_model_dir("tiny-base")
+    talker = FakeTalker()
+    ref = reference_wav(tmp_path)
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, model_name="tiny-base") as one, \
+                running_gateway(model_dir, [talker.endpoint], tmp_path, model_name="tiny-base") as two:
+            async with TtsClient(f"127.0.0.1:{one.port}") as a, TtsClient(f"127.0.0.1:{two.port}") as b:
+                await a.register_voice("shared", ref, reference_text="Hello there.")
+                listed = [v.voice_id for v in (await b.list_voices()).registered_voices]
+                spoken = [r async for r in b.stream(["Say this."], make_config("id:shared", seed=1))]
+                await b.register_voice("shared", ref, reference_text="Hi again.", display_name="again", overwrite=True)
+                replaced = [v.display_name for v in (await a.list_voices()).registered_voices]
+                await b.delete_voice("shared")
+                with pytest.raises(grpc.aio.AioRpcError) as gone:
+                    [r async for r in a.stream(["Hi."], make_config("id:shared"))]
+                return listed, spoken, replaced, gone.value, (await a.list_voices()).registered_voices
+
+    try:
+        listed, spoken, replaced, gone, left = asyncio.run(asyncio.wait_for(body(), 60))
+    finally:
+        talker.close()
+    assert listed == ["shared"] and spoken[-1].HasField("summary")
+    assert replaced == ["again"]
+    assert gone.code() == grpc.StatusCode.NOT_FOUND and not left
