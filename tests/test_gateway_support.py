@@ -70,6 +70,7 @@ class FakeTalker:
         self.requests: dict[str, FakeRequest] = {}
         self.encoded_voices: list[talker_pb2.EncodeVoice] = []
         self.is_silent = False
+        self.is_draining = False      # reported in heartbeats: no new work, live streams finish
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -93,6 +94,7 @@ class FakeTalker:
         live = sum(1 for r in self.requests.values() if not r.is_ended and r.abort is None)
         hb = common_pb2.Heartbeat(peer_id=self.peer_id, role=common_pb2.PEER_ROLE_TALKER, incarnation=7,
                                   interval_ms=200, model=self.model, num_healthy_vocoders=self.num_vocoders,
+                                  is_draining=self.is_draining,
                                   load=common_pb2.Load(num_slots_total=self.num_slots, num_slots_used=live))
         for identity in self.gateways:
             self.router.send_multipart([identity, *wire.encode(T.HEARTBEAT, hb)])

@@ -5,7 +5,9 @@ that ends UNAVAILABLE can only have been ended by the link-closed path (the DEAL
 not by the talker's silence. Proves: only the killed talker's streams end, with UNAVAILABLE naming
 it; the other talker's stream finishes whole; new streams go to the survivor; a stream still
 collecting its text in the gateway moves to the survivor instead of failing; the talker restarted
-on its address takes work again once it heartbeats; the `tts_healthy_talkers` gauge follows.
+on its address takes work again once it heartbeats; the `tts_healthy_talkers` gauge follows. And
+the choice among live talkers: a draining one finishes its streams and gets no new ones (the
+requests held for it move); the least loaded is picked, equals in turn.
 """
 from __future__ import annotations
 
@@ -142,6 +144,38 @@ def test_stream_collecting_its_text_moves_to_the_survivor_and_a_restarted_talker
         i % 1000 for i in tok.target_ids("Held in the gateway. Then it ends.")]
     assert all(end[-1].HasField("summary") for end in ends)
     assert len(new_ids & on_restarted) == 1 and len(new_ids & set(b.requests)) == 1
+
+
+def test_draining_talker_finishes_its_streams_and_the_held_ones_move(model_dir, talkers, tmp_path):
+    """A talker that drains (SIGTERM, a rollout) gets no new work: its started stream finishes whole,
+    a request the gateway still holds for it starts on the other talker, new streams go there too."""
+    a, b = talkers
+
+    async def body():
+        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path) as gw:
+            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                stub = tts_pb2_grpc.TextToSpeechStub(channel)
+                held = stub.StreamSynthesize(timeout=30)                     # a (first of equals), held
+                await held.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING,
+                                                           audio_format=FLOAT32)))
+                await until(lambda: len(gw.backend.mailboxes) == 1, "the held request open")
+                on_b, _ = await open_stream(stub)                            # b: less loaded
+                on_a, on_a_id = await open_stream(stub)                      # a: equals, a's turn
+                with a._lock:
+                    a.is_draining = True
+                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                            "talker-a draining")
+                outcomes = [await finish(on_a, "Still here."), await finish(held, "Held, then sent."),
+                            await finish(on_b, "Done.")]
+                new = await collect(stub, [req(config=speaker_config()), req(text="New."), req(end={})])
+                return on_a_id, outcomes, new
+
+    on_a_id, (on_a, held, on_b), new = run(body())
+    assert on_a_id in a.requests and all(out[-1].HasField("summary") for out in (on_a, held, on_b))
+    assert held[0].start.request_id in b.requests and held[0].start.request_id not in a.requests
+    assert new[-1].HasField("summary") and new[0].start.request_id in b.requests
+    assert set(a.requests) == {on_a_id}
 
 
 def test_pick_takes_the_least_loaded_talker_and_goes_round_among_equals():
