@@ -51,6 +51,7 @@
 #   decode-kernels           the frame step's sampling (one-launch whole-row kernel vs the sort path) and slot
 #                            attention (block / warp sweep) at batch 1, 64, 256 (benchmarks/bench_decode_kernels.py)
 #   e2e                      gateway + talker + vocoder on GPU 0 via the launcher, concurrency 1..256
+#                            (E2E_STAGGER=1: staggered starts, the steady arrivals of the e2e-4gpu sweep)
 #   e2e-repeats              the stack at default flags at REPEAT_LEVELS (256) only, E2E_REPEATS (2) more times,
 #                            each its own stack (e2e-repeat-N.json): the spread of one tree's throughput
 #                            and host time at 256 streams, next to the e2e piece's sweep
@@ -298,6 +299,7 @@ e2e_two_gpus() {
   local pid=$!
   if wait_ready "$ready" "$pid" 600; then
     python3 benchmarks/bench_e2e.py --compose-ready "$ready" --concurrency "${E2E_2GPU_LEVELS:-64,256}" \
+      ${E2E_STAGGER:+--stagger-starts} \
       --out "$OUT/e2e-2gpu.json" 2>&1 | tee "$OUT/e2e-2gpu.log"
     python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
       --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
@@ -450,7 +452,7 @@ for w in $which; do
     e2e)
       install_wheels; random_checkpoint
       python3 benchmarks/bench_e2e.py --model "$CKPT" --device cuda --concurrency "${E2E_LEVELS:-1,4,16,64,128,256}" \
-        --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
+        ${E2E_STAGGER:+--stagger-starts} --out "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" ;;
     e2e-repeats)
       install_wheels; random_checkpoint
       for run in $(seq "${E2E_REPEATS:-2}"); do

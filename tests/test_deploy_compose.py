@@ -171,15 +171,13 @@ def test_the_vocoders_left_after_one_is_lost_carry_every_stream_the_talkers_admi
 
 
 def test_gateway_admits_what_its_talkers_can_hold(config):
-    """The gateway refuses calls beyond --max-streams (default 256): with several talkers it must
-    let through what they hold together (slots + queue, auto max(64, slots)), or it, not they, caps
-    the stack."""
+    """The gateway refuses calls beyond --max-streams (default 256): it must let through what the
+    talkers hold together (slots + queue, auto max(64, slots)), as the local launcher sets it, or it,
+    not they, caps the stack (the default would refuse half of a 512-stream level on two GPUs)."""
     _, cfg = config
     talkers = [max_slots(s, "talker") for s in of_role(cfg, "talker").values() for _ in range(replicas(s))]
     limit = int(flags(cfg["services"]["gateway"]).get("--max-streams", 256))
-    assert limit >= min(256, sum(talkers)), (limit, talkers)
-    if len(talkers) > 1:
-        assert limit >= sum(2 * slots for slots in talkers), (limit, talkers)
+    assert limit >= sum(slots + max(64, slots) for slots in talkers), (limit, talkers)
 
 
 def test_four_gpu_processes_are_sized_from_their_gpu():
