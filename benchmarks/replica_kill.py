@@ -61,43 +61,36 @@ async def one_stream(client: TtsClient, seed: int, frames: int, voice: str, time
             "first_audio_s": first_audio_s, "audio_s": round(audio_ms / 1e3, 3), "expected_audio_s": frames / 12.5}
 
 
-def _talker_stats(info: dict, timeout_s: float):
-    with grpc.insecure_channel(info["health"]) as channel:
-        return admin_pb2_grpc.TalkerAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(), timeout=timeout_s)
+def _each_talker(ready: dict, timeout_s: float):
+    """(replica name, its TalkerAdmin stats or None, a row with its error or None) per talker."""
+    for name, info in sorted(ready["replicas"].items()):
+        if info.get("role") != "talker":
+            continue
+        with grpc.insecure_channel(info["health"]) as channel:
+            try:
+                yield name, admin_pb2_grpc.TalkerAdminStub(channel).GetStats(admin_pb2.GetStatsRequest(),
+                                                                             timeout=timeout_s), None
+            except grpc.RpcError as exc:
+                yield name, None, {"talker": name, "error": f"{exc.code().name}: {exc.details()}"}
 
 
 def talker_view(ready: dict, timeout_s: float = 5.0) -> list[dict]:
     """Every talker's vocoder links: endpoint, healthy, streams it routed there (one row per talker
     and vocoder; a talker that does not answer is one row with its error)."""
     rows = []
-    for name, info in sorted(ready["replicas"].items()):
-        if info.get("role") != "talker":
-            continue
-        try:
-            stats = _talker_stats(info, timeout_s)
-        except grpc.RpcError as exc:
-            rows.append({"talker": name, "error": f"{exc.code().name}: {exc.details()}"})
-            continue
-        rows += [{"talker": name, "endpoint": v.endpoint, "is_healthy": v.is_healthy, "num_streams": v.num_streams,
-                  "last_heartbeat_age_ms": round(v.last_heartbeat_age_ms, 1)} for v in stats.vocoders]
+    for name, stats, error in _each_talker(ready, timeout_s):
+        rows += [error] if stats is None else [
+            {"talker": name, "endpoint": v.endpoint, "is_healthy": v.is_healthy, "num_streams": v.num_streams,
+             "last_heartbeat_age_ms": round(v.last_heartbeat_age_ms, 1)} for v in stats.vocoders]
     return rows
 
 
 def talkers_load(ready: dict, timeout_s: float = 5.0) -> list[dict]:
     """Each talker's own load: its peer id and the streams it holds (in slots or queued)."""
-    rows = []
-    for name, info in sorted(ready["replicas"].items()):
-        if info.get("role") != "talker":
-            continue
-        try:
-            stats = _talker_stats(info, timeout_s)
-        except grpc.RpcError as exc:
-            rows.append({"talker": name, "error": f"{exc.code().name}: {exc.details()}"})
-            continue
-        rows.append({"talker": name, "peer_id": stats.peer_id,
-                     "num_streams": stats.load.num_slots_used + stats.load.num_requests_queued,
-                     "num_started": stats.requests.num_started})
-    return rows
+    return [error if stats is None else
+            {"talker": name, "peer_id": stats.peer_id, "num_started": stats.requests.num_started,
+             "num_streams": stats.load.num_slots_used + stats.load.num_requests_queued}
+            for name, stats, error in _each_talker(ready, timeout_s)]
 
 
 def summarize(rows: list[dict], kill_s: float | None) -> dict:

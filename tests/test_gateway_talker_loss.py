@@ -12,6 +12,7 @@ requests held for it move); the least loaded is picked, equals in turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import grpc
@@ -51,6 +52,15 @@ def healthy_gauge(gw) -> float:
     return gw.metrics.registry.get_sample_value("tts_healthy_talkers")
 
 
+@contextlib.asynccontextmanager
+async def gateway_on(talkers, model_dir, tmp_path, **overrides):
+    """A gateway on both fake talkers, once it counts both healthy: (gateway, its gRPC stub)."""
+    async with running_gateway(model_dir, [t.endpoint for t in talkers], tmp_path, **overrides) as gw:
+        await until(lambda: len(gw.backend.healthy_talkers()) == len(talkers), "every talker healthy")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+            yield gw, tts_pb2_grpc.TextToSpeechStub(channel)
+
+
 async def open_stream(stub):
     """A streaming-text call, started: (call, request id)."""
     call = stub.StreamSynthesize(timeout=30)
@@ -74,24 +84,20 @@ def test_killed_talker_ends_only_its_streams_and_the_survivor_takes_new_ones(mod
     events = []
 
     async def body():
-        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path,
-                                   peer_timeout_ms=NEVER_SILENT_MS) as gw:
-            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
-                stub = tts_pb2_grpc.TextToSpeechStub(channel)
-                on_a, id_a = await open_stream(stub)      # ties go to the first talker listed
-                on_b, id_b = await open_stream(stub)      # then the less loaded one
-                assert id_a in a.requests and id_b in b.requests
-                a.close()                                  # the process dies: its sockets close
-                with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await on_a.read()
-                events.append(("a failed", info.value.code(), info.value.details()))
-                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
-                            "talker-a out of rotation")
-                events.append(("b finished", await finish(on_b, "Hello there world.")))
-                new = await collect(stub, [req(config=speaker_config()), req(text="Fresh words."), req(end={})])
-                events.append(("new finished", new))
-                return new[0].start.request_id
+        async with gateway_on(talkers, model_dir, tmp_path, peer_timeout_ms=NEVER_SILENT_MS) as (gw, stub):
+            on_a, id_a = await open_stream(stub)      # ties go to the first talker listed
+            on_b, id_b = await open_stream(stub)      # then the less loaded one
+            assert id_a in a.requests and id_b in b.requests
+            a.close()                                  # the process dies: its sockets close
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await on_a.read()
+            events.append(("a failed", info.value.code(), info.value.details()))
+            await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                        "talker-a out of rotation")
+            events.append(("b finished", await finish(on_b, "Hello there world.")))
+            new = await collect(stub, [req(config=speaker_config()), req(text="Fresh words."), req(end={})])
+            events.append(("new finished", new))
+            return new[0].start.request_id
 
     new_id = run(body())
     (_, code, details), (_, on_b), (_, new) = events
@@ -108,33 +114,29 @@ def test_stream_collecting_its_text_moves_to_the_survivor_and_a_restarted_talker
     tok = TextTokenizer.from_dir(model_dir)
 
     async def body():
-        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path,
-                                   peer_timeout_ms=NEVER_SILENT_MS) as gw:
-            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
-                stub = tts_pb2_grpc.TextToSpeechStub(channel)
-                # whole-text mode: the gateway holds the request (no START) until the text ends
-                call = stub.StreamSynthesize(timeout=30)
-                await call.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING, audio_format=FLOAT32)))
-                await call.write(req(text="Held in the gateway. "))
-                await until(lambda: any(box.talker.peer_id == "talker-a" for box in gw.backend.mailboxes.values()),
-                            "the held request assigned to talker-a")
-                a.close()
-                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
-                            "talker-a out of rotation")
-                gauges = [healthy_gauge(gw)]
-                held = await finish(call, "Then it ends.")
-                restarted = FakeTalker(peer_id="talker-a", port=port_a)   # compose restarts it on its address
-                try:
-                    await until(lambda: len(gw.backend.healthy_talkers()) == 2, "talker-a back in rotation")
-                    gauges.append(healthy_gauge(gw))
-                    # two streams at once: the least-loaded pick puts one on each talker
-                    first, first_id = await open_stream(stub)
-                    second, second_id = await open_stream(stub)
-                    ends = [await finish(first, "Back again."), await finish(second, "Done.")]
-                    return held, ends, {first_id, second_id}, set(restarted.requests), gauges
-                finally:
-                    restarted.close()
+        async with gateway_on(talkers, model_dir, tmp_path, peer_timeout_ms=NEVER_SILENT_MS) as (gw, stub):
+            # whole-text mode: the gateway holds the request (no START) until the text ends
+            call = stub.StreamSynthesize(timeout=30)
+            await call.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING, audio_format=FLOAT32)))
+            await call.write(req(text="Held in the gateway. "))
+            await until(lambda: any(box.talker.peer_id == "talker-a" for box in gw.backend.mailboxes.values()),
+                        "the held request assigned to talker-a")
+            a.close()
+            await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                        "talker-a out of rotation")
+            gauges = [healthy_gauge(gw)]
+            held = await finish(call, "Then it ends.")
+            restarted = FakeTalker(peer_id="talker-a", port=port_a)   # compose restarts it on its address
+            try:
+                await until(lambda: len(gw.backend.healthy_talkers()) == 2, "talker-a back in rotation")
+                gauges.append(healthy_gauge(gw))
+                # two streams at once: the least-loaded pick puts one on each talker
+                first, first_id = await open_stream(stub)
+                second, second_id = await open_stream(stub)
+                ends = [await finish(first, "Back again."), await finish(second, "Done.")]
+                return held, ends, {first_id, second_id}, set(restarted.requests), gauges
+            finally:
+                restarted.close()
 
     held, ends, new_ids, on_restarted, gauges = run(body())
     assert gauges == [1.0, 2.0]
@@ -152,24 +154,21 @@ def test_draining_talker_finishes_its_streams_and_the_held_ones_move(model_dir, 
     a, b = talkers
 
     async def body():
-        async with running_gateway(model_dir, [a.endpoint, b.endpoint], tmp_path) as gw:
-            await until(lambda: len(gw.backend.healthy_talkers()) == 2, "both talkers healthy")
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
-                stub = tts_pb2_grpc.TextToSpeechStub(channel)
-                held = stub.StreamSynthesize(timeout=30)                     # a (first of equals), held
-                await held.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING,
-                                                           audio_format=FLOAT32)))
-                await until(lambda: len(gw.backend.mailboxes) == 1, "the held request open")
-                on_b, _ = await open_stream(stub)                            # b: less loaded
-                on_a, on_a_id = await open_stream(stub)                      # a: equals, a's turn
-                with a._lock:
-                    a.is_draining = True
-                await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
-                            "talker-a draining")
-                outcomes = [await finish(on_a, "Still here."), await finish(held, "Held, then sent."),
-                            await finish(on_b, "Done.")]
-                new = await collect(stub, [req(config=speaker_config()), req(text="New."), req(end={})])
-                return on_a_id, outcomes, new
+        async with gateway_on(talkers, model_dir, tmp_path) as (gw, stub):
+            held = stub.StreamSynthesize(timeout=30)                     # a (first of equals), held
+            await held.write(req(config=speaker_config(text_mode=config_pb2.TEXT_MODE_NON_STREAMING,
+                                                       audio_format=FLOAT32)))
+            await until(lambda: len(gw.backend.mailboxes) == 1, "the held request open")
+            on_b, _ = await open_stream(stub)                            # b: less loaded
+            on_a, on_a_id = await open_stream(stub)                      # a: equals, a's turn
+            with a._lock:
+                a.is_draining = True
+            await until(lambda: [t.peer_id for t in gw.backend.healthy_talkers()] == ["talker-b"],
+                        "talker-a draining")
+            outcomes = [await finish(on_a, "Still here."), await finish(held, "Held, then sent."),
+                        await finish(on_b, "Done.")]
+            new = await collect(stub, [req(config=speaker_config()), req(text="New."), req(end={})])
+            return on_a_id, outcomes, new
 
     on_a_id, (on_a, held, on_b), new = run(body())
     assert on_a_id in a.requests and all(out[-1].HasField("summary") for out in (on_a, held, on_b))
