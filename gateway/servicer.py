@@ -224,7 +224,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         if talker is None:
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "no healthy talker is reachable to encode the voice")
         request_id = new_request_id()
-        box = self.backend.open_mailbox(request_id, None)
+        box = self.backend.open_mailbox(request_id, talker)
+        box.is_on_talker = True   # the talker lost while it encodes: UNAVAILABLE naming it, not a 70 s wait
         try:
             ids = [] if clone.x_vector_only else self.tokenizer.encode(clone.reference_text)
             await self.backend.send(talker, wire.MessageType.ENCODE_VOICE, talker_pb2.EncodeVoice(

@@ -21,6 +21,7 @@ import pytest
 
 from test_gateway_support import FakeTalker, running_gateway, tokens_from_pcm
 from test_gateway_stream import audio_of, collect, model_dir, req, speaker_config  # noqa: F401 - fixture
+from checkpoint.files import resolve_model_dir
 from gateway.text_tokenizer import TextTokenizer
 from protos.tts.v1 import config_pb2, tts_pb2_grpc
 
@@ -202,3 +203,56 @@ def test_pick_takes_the_least_loaded_talker_and_goes_round_among_equals():
     assert alone == ["t0", "t1", "t2", "t0"]
     assert sorted(burst) == ["t0", "t1", "t2"]
     assert after == ["t2", "t0"]
+
+
+def test_a_talker_lost_while_it_encodes_a_voice_fails_the_registration_naming_it(tmp_path):
+    """RegisterVoice waits for the talker's encoding; the talker's link closing ends that wait with
+    UNAVAILABLE naming it (heartbeat loss is out of reach here: 60 s)."""
+    import zmq
+    import zmq.asyncio
+
+    from client import TtsClient
+    from protos import wire
+    from protos.tts.internal.v1 import common_pb2
+    from test_gateway_voices import reference_wav
+
+    base_dir = resolve_model_dir("tiny-base")
+
+    async def mute_encoder(router, encodes: asyncio.Event) -> None:
+        """A talker that heartbeats and never answers ENCODE_VOICE."""
+        while True:
+            identity, *frames = await router.recv_multipart()
+            msg_type, _, _ = wire.decode(frames)
+            if msg_type == wire.MessageType.ENCODE_VOICE:
+                encodes.set()
+            elif msg_type == wire.MessageType.HEARTBEAT:
+                beat = common_pb2.Heartbeat(peer_id="talker-mute", role=common_pb2.PEER_ROLE_TALKER, incarnation=3,
+                                            model="tiny-base", num_healthy_vocoders=1,
+                                            load=common_pb2.Load(num_slots_total=4))
+                await router.send_multipart([identity, *wire.encode(wire.MessageType.HEARTBEAT, beat)])
+
+    async def body():
+        context = zmq.asyncio.Context()
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+        encodes = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(mute_encoder(router, encodes))
+        try:
+            async with running_gateway(base_dir, [endpoint], tmp_path, model_name="tiny-base",
+                                       peer_timeout_ms=NEVER_SILENT_MS) as gw:
+                async with TtsClient(f"127.0.0.1:{gw.port}") as client:
+                    registration = asyncio.ensure_future(
+                        client.register_voice("v", reference_wav(tmp_path), reference_text="Hello there."))
+                    await asyncio.wait_for(encodes.wait(), 10)
+                    task.cancel()
+                    router.close(linger=0)                      # the talker dies mid-encoding
+                    with pytest.raises(grpc.aio.AioRpcError) as info:
+                        await registration
+                    return info.value
+        finally:
+            task.cancel()
+            context.destroy(linger=0)
+
+    err = run(body())
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "talker-mute" in err.details(), err.details()
