@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu_busy import GpuBusySampler  # noqa: E402
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
+from benchmarks.stack_launch import launch_stack  # noqa: E402
 from benchmarks.stack_stats import collect, collect_replicas, load_split, one_line  # noqa: E402
 from client import TtsClient  # noqa: E402
 from protos.tts.v1 import tts_pb2  # noqa: E402
@@ -205,24 +205,17 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
 
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
-    ready = work / "ready.json"
     stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
-    cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
-           "--work-dir", str(work), "--ready-file", str(ready), "--health-timeout-s", "900",
-           f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
+    launcher_args = ["--model", args.model, "--device", args.device, "--grpc-port", "0",
+                     f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
     # gRPC only: the launcher's HTTP default is the fixed port 8000, which two stacks (parallel tests)
     # share; a tree from before the HTTP face (an A/B base) has no such flag
     if "--http-port" in (stack_dir / "launcher" / "main.py").read_text():
-        cmd += ["--http-port", "-1"]
-    cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
-    cmd += args.launcher_arg
-    proc = subprocess.Popen(cmd, cwd=stack_dir, env=dict(os.environ, PYTHONPATH=str(stack_dir)))
-    deadline = time.monotonic() + 900
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"stack did not start; see {work}")
-        time.sleep(0.2)
-    return proc, json.loads(ready.read_text())["grpc_target"]
+        launcher_args += ["--http-port", "-1"]
+    launcher_args += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
+    launcher_args += args.launcher_arg
+    proc, ready = launch_stack(launcher_args, work, stack_dir)
+    return proc, ready["grpc_target"]
 
 
 def main() -> int:

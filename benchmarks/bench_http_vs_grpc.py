@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.commit import git_commit  # noqa: E402
+from benchmarks.stack_launch import launch_stack  # noqa: E402
 from client import TtsClient, make_config  # noqa: E402
 from protos.tts.v1 import config_pb2  # noqa: E402
 
@@ -110,18 +110,10 @@ def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_tar
 
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, dict]:
-    ready = work / "ready.json"
-    cmd = [sys.executable, "-m", "launcher", "--model", args.model, "--device", args.device, "--grpc-port", "0",
-           "--http-port", "0", "--metrics-port", "-1", "--work-dir", str(work), "--ready-file", str(ready),
-           "--health-timeout-s", "900", f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
-    cmd += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    deadline = time.monotonic() + 900
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"stack did not start; see {work}")
-        time.sleep(0.2)
-    return proc, json.loads(ready.read_text())
+    launcher_args = ["--model", args.model, "--device", args.device, "--grpc-port", "0", "--http-port", "0",
+                     "--metrics-port", "-1", f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
+    launcher_args += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
+    return launch_stack(launcher_args, work)
 
 
 def gpu_name() -> str:
