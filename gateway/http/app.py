@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket
 
 from gateway.http.errors import grpc_error_response
 from gateway.http.grpc_calls import GatewayClient
@@ -44,18 +43,9 @@ def build_app(client: GatewayClient, max_text_chars: int) -> Starlette:
     async def health(request: Request):
         return JSONResponse({"status": "ok"})
 
-    speech_endpoint, stream_socket = SpeechEndpoint(client, max_text_chars), StreamSocket(client, max_text_chars)
-
-    # Plain functions: Starlette would take a callable object for a raw ASGI app.
-    async def speech(request: Request):
-        return await speech_endpoint(request)
-
-    async def stream(websocket: WebSocket):
-        await stream_socket(websocket)
-
     routes = [
-        Route("/v1/audio/speech", speech, methods=["POST"]),
-        WebSocketRoute("/v1/audio/speech/stream", stream),
+        Route("/v1/audio/speech", SpeechEndpoint(client, max_text_chars).handle, methods=["POST"]),
+        WebSocketRoute("/v1/audio/speech/stream", StreamSocket(client, max_text_chars).handle),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/audio/voices", voices, methods=["GET", "POST"]),
         Route("/v1/audio/voices/{voice_id}", voice, methods=["DELETE"]),

@@ -39,15 +39,25 @@ def http_status_of(code: grpc.StatusCode) -> tuple[int, str]:
     return _HTTP_OF.get(code, (500, "server_error"))
 
 
-def grpc_error_response(exc: grpc.aio.AioRpcError) -> JSONResponse:
+def grpc_error(exc: grpc.aio.AioRpcError) -> tuple[int, dict]:
+    """(HTTP status, OpenAI error body) of a gRPC failure; `param` is the field its message names."""
     status, error_type = http_status_of(exc.code())
     message = exc.details() or exc.code().name
     match = _FIELD.match(message)
+    return status, error_body(message, error_type, match.group(1) if match else None, exc.code().name.lower())
+
+
+def http_error(exc: HttpError) -> tuple[int, dict]:
+    error_type = "invalid_request_error" if exc.status < 500 else "server_error"
+    return exc.status, error_body(exc.message, error_type, exc.param, f"http_{exc.status}")
+
+
+def grpc_error_response(exc: grpc.aio.AioRpcError) -> JSONResponse:
+    status, body = grpc_error(exc)
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status in (429, 503) else None
-    return JSONResponse(error_body(message, error_type, match.group(1) if match else None, exc.code().name.lower()),
-                        status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def http_error_response(exc: HttpError) -> JSONResponse:
-    error_type = "invalid_request_error" if exc.status < 500 else "server_error"
-    return JSONResponse(error_body(exc.message, error_type, exc.param, f"http_{exc.status}"), status_code=exc.status)
+    status, body = http_error(exc)
+    return JSONResponse(body, status_code=status)

@@ -38,6 +38,11 @@ class GatewayClient:
         return call, exchange(call, requests)
 
 
+def model_type_name(model: voices_pb2.ModelVoices) -> str:
+    """"custom_voice", "voice_design" or "base", as the HTTP API names model types."""
+    return voices_pb2.ModelType.Name(model.model_type).removeprefix("MODEL_TYPE_").lower()
+
+
 async def whole_text_requests(config: config_pb2.SynthesisConfig, text: str):
     yield tts_pb2.StreamSynthesizeRequest(config=config)
     yield tts_pb2.StreamSynthesizeRequest(text=text)

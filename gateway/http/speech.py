@@ -17,8 +17,8 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.http.errors import HttpError, error_body, grpc_error_response, http_error_response, http_status_of
-from gateway.http.grpc_calls import GatewayClient, whole_text_requests
+from gateway.http.errors import HttpError, grpc_error, grpc_error_response, http_error_response
+from gateway.http.grpc_calls import GatewayClient, model_type_name, whole_text_requests
 from gateway.http.speech_request import SpeechRequest, parse_speech_request
 from protos.tts.v1 import tts_pb2
 
@@ -41,7 +41,7 @@ class SpeechEndpoint:
     def __init__(self, client: GatewayClient, max_text_chars: int) -> None:
         self.client, self.max_text_chars = client, max_text_chars
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         try:
             body = json.loads(await request.body() or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -103,9 +103,8 @@ class SpeechEndpoint:
                                           "total_tokens": s.num_text_tokens + s.num_frames},
                                 "summary": summary_dict(s)})
         except grpc.aio.AioRpcError as exc:
-            status, error_type = http_status_of(exc.code())
-            yield _sse({"type": "error", **error_body(exc.details() or exc.code().name, error_type, None,
-                                                      exc.code().name.lower()), "status": status})
+            status, body = grpc_error(exc)
+            yield _sse({"type": "error", **body, "status": status})
 
     async def _whole(self, responses, speech: SpeechRequest, headers: dict) -> Response:
         pcm, summary = [], None
@@ -128,9 +127,4 @@ async def list_models(client: GatewayClient) -> JSONResponse:
     model = await client.model()
     return JSONResponse({"object": "list", "data": [
         {"id": model.model, "object": "model", "created": 0, "owned_by": "qwen3-tts-serve",
-         "model_type": _model_type(model), "model_size": model.model_size}]})
-
-
-def _model_type(model) -> str:
-    from protos.tts.v1 import voices_pb2
-    return voices_pb2.ModelType.Name(model.model_type).removeprefix("MODEL_TYPE_").lower()
+         "model_type": model_type_name(model), "model_size": model.model_size}]})

@@ -22,7 +22,7 @@ from protos.tts.v1 import config_pb2, voices_pb2
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 STREAM_FORMATS = ("audio", "sse")
 _SAMPLING_FIELDS = {f.name: f for f in config_pb2.SamplingParams.DESCRIPTOR.fields}
-_KNOWN = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "language",
+SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "language",
           "seed", "sampling"}
 
 
@@ -99,7 +99,7 @@ def parse_speech_request(body, model: voices_pb2.ModelVoices, max_text_chars: in
     if stream_format not in STREAM_FORMATS:
         raise HttpError(400, f"stream_format: {stream_format!r} is not supported; supported: "
                         f"{', '.join(STREAM_FORMATS)}", "stream_format")
-    config, output = parse_config(body, model, FORMATS, "mp3", config_pb2.TEXT_MODE_NON_STREAMING, _KNOWN)
+    config, output = parse_config(body, model, FORMATS, "mp3", config_pb2.TEXT_MODE_NON_STREAMING, SPEECH_FIELDS)
     return SpeechRequest(text=text, config=config, output=output, stream_format=stream_format)
 
 

@@ -7,8 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.http.errors import HttpError, grpc_error_response, http_error_response
-from gateway.http.grpc_calls import GatewayClient
-from gateway.http.speech import _model_type
+from gateway.http.grpc_calls import GatewayClient, model_type_name
 from protos.tts.v1 import config_pb2, voices_pb2
 
 # The upload's file name decides how the clip is decoded.
@@ -28,7 +27,7 @@ async def list_voices(client: GatewayClient) -> JSONResponse:
     model = next(m for m in listing.models if m.is_default)
     voices = [{"id": s.name, "kind": "speaker", "name": s.name, "dialect": s.dialect} for s in model.speakers]
     voices += [_registered(v) for v in listing.registered_voices if v.model == model.model]
-    return JSONResponse({"model": model.model, "model_type": _model_type(model), "voices": voices,
+    return JSONResponse({"model": model.model, "model_type": model_type_name(model), "voices": voices,
                          "languages": list(model.languages), "supports_instructions": model.supports_instruct})
 
 

@@ -20,17 +20,17 @@ import logging
 import grpc
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.http.errors import HttpError, error_body, http_status_of
+from gateway.http.errors import HttpError, grpc_error, http_error
 from gateway.http.formats import FORMATS
 from gateway.http.grpc_calls import GatewayClient
 from gateway.http.speech import summary_dict
-from gateway.http.speech_request import _KNOWN, parse_config
+from gateway.http.speech_request import SPEECH_FIELDS, parse_config
 from protos.tts.v1 import config_pb2, tts_pb2
 
 logger = logging.getLogger(__name__)
 
 STREAM_FORMATS = {name: fmt for name, fmt in FORMATS.items() if fmt.is_streamed}
-_CONFIG_FIELDS = (_KNOWN - {"input", "stream_format"}) | {"type"}
+_CONFIG_FIELDS = (SPEECH_FIELDS - {"input", "stream_format"}) | {"type"}
 
 
 def _close_code(status: int) -> int:
@@ -61,7 +61,7 @@ class StreamSocket:
     def __init__(self, client: GatewayClient, max_message_chars: int) -> None:
         self.client, self.max_message_chars = client, max_message_chars
 
-    async def __call__(self, websocket: WebSocket) -> None:
+    async def handle(self, websocket: WebSocket) -> None:
         await websocket.accept()
         call = responses = None
         try:
@@ -94,13 +94,9 @@ class StreamSocket:
         except _ClientGone:
             logger.info("WebSocket client went away")
         except HttpError as exc:
-            await _fail(websocket, exc.status, error_body(exc.message, "invalid_request_error" if exc.status < 500
-                                                          else "server_error", exc.param,
-                                                          f"http_{exc.status}"))
+            await _fail(websocket, *http_error(exc))
         except grpc.aio.AioRpcError as exc:
-            status, error_type = http_status_of(exc.code())
-            await _fail(websocket, status, error_body(exc.details() or exc.code().name, error_type, None,
-                                                      exc.code().name.lower()))
+            await _fail(websocket, *grpc_error(exc))
         finally:
             if responses is not None:
                 await responses.aclose()   # cancels the call unless it has ended
