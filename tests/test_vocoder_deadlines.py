@@ -6,6 +6,8 @@ player that starts at the first chunk) is measured from what each step returns.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -170,7 +172,7 @@ def simulate(arrivals_s: dict[str, float], num_frames: int, frame_interval_s: fl
                 if out.is_final:
                     finished.add(out.request_id)
             continue
-        wake = [t for t in next_event + [engine.wake_s] if t is not None and t > now]
+        wake = [t for t in next_event + [now + engine.idle_timeout_s(math.inf)] if math.isfinite(t) and t > now]
         clock[0] = min(wake) if wake else now + 0.001
     return listeners, first_audio_s, runner
 

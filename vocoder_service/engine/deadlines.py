@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from vocoder_service.engine.batcher import ReadyRow
-from vocoder_service.engine.chunk_policy import ChunkPolicy
+from vocoder_service.engine.chunk_policy import ChunkPolicy, smallest_bucket_at_least
 from vocoder_service.engine.stream_state import StreamState
 
 
@@ -133,8 +133,10 @@ class DeadlineScheduler:
                 best = size
         return best
 
-    def bucket_floor(self, num_frames: int) -> int:
-        return max((b for b in self._buckets if b <= num_frames), default=num_frames)
+    def _bucket(self, num_frames: int) -> int:
+        # the cached list: ChunkPolicy.bucket_for rebuilds it on every call (45% of a plan's time at
+        # 256 streams on CPU)
+        return smallest_bucket_at_least(self._buckets, num_frames)
 
     # ---- the plan ---------------------------------------------------------------------------
     def candidate(self, stream: StreamState, now_s: float, num_open: int) -> tuple[Candidate | None, float | None]:
@@ -143,7 +145,7 @@ class DeadlineScheduler:
         if stream.num_context_pending:   # priming a clone's voice: needed before its first audio
             n = min(stream.num_context_pending, steady)
             row = ReadyRow(stream.request_id, stream.slot, n, False, False)
-            return Candidate(row, stream.opened_at_s, False, self.chunk.bucket_for(n)), None
+            return Candidate(row, stream.opened_at_s, False, self._bucket(n)), None
         pending = stream.num_pending
         if pending == 0:
             return None, None
@@ -156,7 +158,7 @@ class DeadlineScheduler:
                 return None, expires_s
             n = min(pending, target)
             row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
-            return Candidate(row, oldest, False, self.chunk.bucket_for(n)), None
+            return Candidate(row, oldest, False, self._bucket(n)), None
         slack_s = playback.slack_s(now_s)
         horizon_s = self.due_horizon_s
         # the slack-sized chunk, no bigger: a backlog (every frame already here) would otherwise take
@@ -169,7 +171,20 @@ class DeadlineScheduler:
         # a stream's last frames go as one final chunk when they fit one (its slot frees a step sooner)
         n = pending if stream.ended and pending <= steady else min(pending, target)
         row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
-        return Candidate(row, playback.deadline_s, is_due, self.chunk.bucket_for(n)), None
+        return Candidate(row, playback.deadline_s, is_due, self._bucket(n)), None
+
+    def wait_s(self, streams: list[StreamState], now_s: float) -> float | None:
+        """0 when some stream has a row ready now; else how long until the first waiting one becomes
+        ready; None when none waits. The idle check before receiving: no sort and no budget, and
+        it stops at the first ready row (step() plans in full after the receive)."""
+        wake_s = None
+        for stream in streams:
+            cand, wake = self.candidate(stream, now_s, len(streams))
+            if cand is not None:
+                return 0.0
+            if wake is not None:
+                wake_s = wake if wake_s is None else min(wake_s, wake)
+        return None if wake_s is None else max(0.0, wake_s - now_s)
 
     def plan(self, streams: list[StreamState], now_s: float) -> StepPlan:
         """This step's rows: every due row, then the others earliest deadline first within the budget."""

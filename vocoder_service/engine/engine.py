@@ -10,6 +10,7 @@ and raises), `codes` (frame validation), `liveness` (talker silence), `gather` (
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Callable
 
@@ -84,7 +85,6 @@ class VocoderEngine:
         self.scheduler = DeadlineScheduler(config.chunk, config.deadline,
                                            config.sample_rate_hz / config.samples_per_frame,
                                            config.launch_cost_row_frames)
-        self.wake_s: float | None = None   # engine clock: when a waiting stream next becomes ready
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -193,23 +193,22 @@ class VocoderEngine:
         closing = [ReadyRow(s.request_id, s.slot, 0, True, True) for s in streams
                    if s.ended and not s.num_pending and not s.num_context_pending]
         plan = self.scheduler.plan(streams, self.clock())
-        self.wake_s = plan.wake_s
         if plan_stats is not None:
             plan_stats["due_rows"] += plan.num_due
             plan_stats["deferred_rows"] += plan.num_deferred
         return closing + plan.rows
 
     def has_work(self) -> bool:
-        return bool(self.ready_rows())
+        return self.idle_timeout_s(math.inf) == 0.0
 
     def idle_timeout_s(self, longest_s: float) -> float:
         """How long the caller may wait for messages before a step is due by itself (a stream's
         deadline or first-chunk wait), at most `longest_s`; 0 when a step has work now."""
-        if self.has_work():
-            return 0.0
-        if self.wake_s is None:
-            return longest_s
-        return min(longest_s, max(0.0, self.wake_s - self.clock()))
+        streams = list(self.streams.values())
+        if any(s.ended and not s.num_pending and not s.num_context_pending for s in streams):
+            return 0.0   # a closing row
+        wait_s = self.scheduler.wait_s(streams, self.clock())
+        return longest_s if wait_s is None else min(longest_s, wait_s)
 
     def step(self) -> list[PcmOut | ErrorOut]:
         """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
