@@ -173,18 +173,18 @@ class DeadlineScheduler:
         row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
         return Candidate(row, playback.deadline_s, is_due, self._bucket(n)), None
 
-    def wait_s(self, streams: list[StreamState], now_s: float) -> float | None:
-        """0 when some stream has a row ready now; else how long until the first waiting one becomes
-        ready; None when none waits. The idle check before receiving: no sort and no budget, and
-        it stops at the first ready row (step() plans in full after the receive)."""
+    def next_ready(self, streams: list[StreamState], now_s: float) -> tuple[bool, float | None]:
+        """(whether some stream has a row ready now, else when the first waiting one becomes ready
+        or None). The idle check before receiving: no sort and no budget, and it stops at the first
+        ready row (step() plans in full after the receive)."""
         wake_s = None
         for stream in streams:
             cand, wake = self.candidate(stream, now_s, len(streams))
             if cand is not None:
-                return 0.0
+                return True, None
             if wake is not None:
                 wake_s = wake if wake_s is None else min(wake_s, wake)
-        return None if wake_s is None else max(0.0, wake_s - now_s)
+        return False, wake_s
 
     def plan(self, streams: list[StreamState], now_s: float) -> StepPlan:
         """This step's rows: every due row, then the others earliest deadline first within the budget."""

@@ -10,7 +10,6 @@ and raises), `codes` (frame validation), `liveness` (talker silence), `gather` (
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Callable
 
@@ -198,17 +197,22 @@ class VocoderEngine:
             plan_stats["deferred_rows"] += plan.num_deferred
         return closing + plan.rows
 
+    def _next_ready(self) -> tuple[bool, float | None]:
+        streams = list(self.streams.values())
+        if any(s.ended and not s.num_pending and not s.num_context_pending for s in streams):
+            return True, None   # a closing row
+        return self.scheduler.next_ready(streams, self.clock())
+
     def has_work(self) -> bool:
-        return self.idle_timeout_s(math.inf) == 0.0
+        return self._next_ready()[0]
 
     def idle_timeout_s(self, longest_s: float) -> float:
         """How long the caller may wait for messages before a step is due by itself (a stream's
         deadline or first-chunk wait), at most `longest_s`; 0 when a step has work now."""
-        streams = list(self.streams.values())
-        if any(s.ended and not s.num_pending and not s.num_context_pending for s in streams):
-            return 0.0   # a closing row
-        wait_s = self.scheduler.wait_s(streams, self.clock())
-        return longest_s if wait_s is None else min(longest_s, wait_s)
+        is_ready, wake_s = self._next_ready()
+        if is_ready:
+            return 0.0
+        return longest_s if wake_s is None else min(longest_s, max(0.0, wake_s - self.clock()))
 
     def step(self) -> list[PcmOut | ErrorOut]:
         """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
