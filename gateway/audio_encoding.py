@@ -26,6 +26,8 @@ E = config_pb2
 OPUS_RATES_HZ = (8000, 12000, 16000, 24000, 48000)
 MIN_RATE_HZ, MAX_RATE_HZ = 8000, 48000
 _UNKNOWN_SIZE = 0xFFFFFFFF
+# written by libsndfile, which wraps float samples past +-1.0 around instead of clipping them
+_WRAPPING_ENCODINGS = (E.AUDIO_ENCODING_MULAW, E.AUDIO_ENCODING_OGG_OPUS)
 
 
 def pcm16_bytes(pcm: np.ndarray) -> bytes:
@@ -88,7 +90,7 @@ class Encoded:
     audio: bytes
     num_samples: int       # output-rate samples this chunk accounts for
     # samples of the chunk that were NaN/inf (encoded as 0) and at or past full scale (clamped unless
-    # the encoding is FLOAT32), as the encoder found them (service_common/audio_samples.py)
+    # the encoding is FLOAT32), as the vocoder or the encoder found them (service_common/audio_samples.py)
     faults: SampleFaults = NO_FAULTS
 
 
@@ -153,17 +155,24 @@ class StreamEncoder:
             return Encoded(data, num)
         raise ValueError(f"unknown audio encoding {enc}")
 
-    def encode(self, pcm: np.ndarray, is_last: bool = False) -> Encoded:
+    def encode(self, pcm: np.ndarray, is_last: bool = False, faults: SampleFaults | None = None) -> Encoded:
         """Encoded bytes of the next `pcm` chunk (may be empty for Opus until a page fills).
-        Non-finite samples are encoded as 0: checked before the resampler, whose state a NaN would
-        poison for the rest of the stream. Samples at or past full scale are counted where they are
-        encoded (resampling can overshoot), and clamped for every integer encoding."""
-        pcm, faults = repaired(pcm)
+
+        `faults`: what the vocoder found in this chunk (PcmSampleFaults: it checked every sample on
+        the GPU and sent NaN/inf as 0), taken as they are, with no second pass over the samples.
+        None (a chunk that came without that check): the chunk is checked here, non-finite samples
+        encoded as 0, before the resampler, whose state a NaN would poison for the rest of the stream.
+        Resampled or stretched chunks are new samples (resampling can overshoot): their full-scale
+        samples are counted where they are encoded, in place of the input's count. Samples past
+        full scale are clamped where an integer encoding would wrap them (libsndfile's mu-law and
+        Opus; PCM16 clamps as it converts); FLOAT32 keeps them."""
+        if faults is None:
+            pcm, faults = repaired(pcm)
         converted = self._convert(pcm, is_last)
         if converted is not pcm:   # resampled or stretched: count what is really encoded
             clipped = 0 if is_clean(peak(converted)) else count_faults(converted).num_clipped
             faults = SampleFaults(faults.num_nonfinite, clipped)
-        if faults.num_clipped and self.encoding != E.AUDIO_ENCODING_FLOAT32:
+        if faults.num_clipped and self.encoding in _WRAPPING_ENCODINGS:
             converted = np.clip(converted, -1.0, 1.0)
         encoded = self._encode(converted, is_last)
         encoded.faults = faults

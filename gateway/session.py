@@ -41,6 +41,14 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def vocoder_faults(header) -> SampleFaults | None:
+    """What the vocoder found in a PCM chunk (a `protos.pcm_split.PcmPart`: it checks every chunk it
+    sends, NaN/inf already 0); None for a chunk that came without that check."""
+    if not hasattr(header, "num_nonfinite_samples"):
+        return None
+    return SampleFaults(header.num_nonfinite_samples, header.num_clipped_samples)
+
+
 class Session:
     def __init__(self, backend: Backend, tokenizer: TextTokenizer, resolved: Resolved, talker: TalkerPeer,
                  max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
@@ -221,13 +229,12 @@ class Session:
 
     # ---- audio out -----------------------------------------------------------------------
     def _audio_chunk(self, pcm, is_last: bool, seq: int = 0,
-                     num_nonfinite_upstream: int = 0) -> tts_pb2.AudioChunk | None:
+                     upstream_faults: SampleFaults | None = None) -> tts_pb2.AudioChunk | None:
+        """`upstream_faults`: the vocoder's check of this chunk (the encoder trusts it); None: unchecked."""
         t0 = time.perf_counter()
-        encoded = self.encoder.encode(pcm, is_last)
+        encoded = self.encoder.encode(pcm, is_last, upstream_faults)
         self.encode_ms += (time.perf_counter() - t0) * 1e3
         faults = encoded.faults
-        if num_nonfinite_upstream:   # the vocoder's finds (already 0 in pcm); its clipped ones count here
-            faults = SampleFaults(faults.num_nonfinite + num_nonfinite_upstream, faults.num_clipped)
         if faults and self.on_audio_faults is not None:
             self.on_audio_faults(self.request_id, seq, faults, len(pcm))
         if not encoded.audio:
@@ -283,8 +290,7 @@ class Session:
                 if header.seq == 0:
                     vocoder_first_ms = header.timings.queue_ms + header.timings.decode_ms
                 pcm = event.array if event.array is not None else _EMPTY
-                chunk = self._audio_chunk(pcm, header.is_final, header.seq,
-                                          getattr(header, "num_nonfinite_samples", 0))
+                chunk = self._audio_chunk(pcm, header.is_final, header.seq, vocoder_faults(header))
                 if chunk is not None:
                     yield tts_pb2.StreamSynthesizeResponse(audio=chunk)
                 if header.is_final:

@@ -20,7 +20,7 @@ import torch
 from checkpoint.files import resolve_model_dir
 from gateway.audio_encoding import StreamEncoder, whole_file
 from gateway.metrics import GatewayMetrics
-from gateway.session import Session
+from gateway.session import Session, vocoder_faults
 from protos import wire
 from protos.pcm_split import split_pcm
 from protos.tts.v1 import config_pb2
@@ -136,6 +136,7 @@ def test_engine_sends_poisoned_chunks_finite_counts_them_and_logs_the_request(mo
     parts = {p.request_id: p for p in split_pcm(header, arrays)}
     assert (parts["bad"].num_nonfinite_samples, parts["bad"].num_clipped_samples) == (2, 2)
     assert (parts["good"].num_nonfinite_samples, parts["good"].num_clipped_samples) == (0, 0)
+    assert vocoder_faults(parts["bad"]) == SampleFaults(2, 2) and vocoder_faults(parts["good"]) == SampleFaults()
     assert np.isfinite(arrays.pcm).all()
 
 
@@ -184,19 +185,64 @@ def test_whole_file_clamps_instead_of_wrapping():
 
 
 # ---- gateway: a session's chunks into /metrics ---------------------------------------------------
-def test_session_counts_its_chunks_faults_in_the_metrics_and_logs_the_request(caplog):
+def vocoder_sent(pcm: np.ndarray) -> np.ndarray:
+    """`pcm` as a vocoder sends it: NaN/inf already 0, read-only as a received frame's view."""
+    pcm = np.nan_to_num(pcm, nan=0.0, posinf=0.0, neginf=0.0)
+    pcm.flags.writeable = False
+    return pcm
+
+
+def pcm16_session(request_id: str) -> tuple[Session, GatewayMetrics]:
+    """A session at 24 kHz PCM16 whose chunk faults go to a fresh GatewayMetrics."""
     metrics = GatewayMetrics()
     backend = SimpleNamespace(open_mailbox=lambda request_id, talker: SimpleNamespace())
     resolved = SimpleNamespace(encoding=E.AUDIO_ENCODING_PCM16, sample_rate_hz=24000, speed=1.0)
-    session = Session(backend, None, resolved, SimpleNamespace(peer_id="t"), 1000, 0, "req-7", 1.0, 1.0,
-                      on_audio_faults=metrics.count_audio_faults)
+    return Session(backend, None, resolved, SimpleNamespace(peer_id="t"), 1000, 0, request_id, 1.0, 1.0,
+                   on_audio_faults=metrics.count_audio_faults), metrics
+
+
+def test_encoder_takes_the_vocoders_faults_without_looking_at_the_samples_again(monkeypatch):
+    def no_second_check(pcm):
+        raise AssertionError("the gateway checked a chunk the vocoder had checked")
+    monkeypatch.setattr("gateway.audio_encoding.repaired", no_second_check)
+    monkeypatch.setattr("gateway.audio_encoding.count_faults", no_second_check)
+    for encoding in (E.AUDIO_ENCODING_PCM16, E.AUDIO_ENCODING_MULAW):
+        encoded = StreamEncoder(encoding, 24000, 24000).encode(vocoder_sent(poisoned_chunk()), is_last=True,
+                                                               faults=SampleFaults(2, 2))
+        assert encoded.faults == SampleFaults(2, 2)
+        if encoding == E.AUDIO_ENCODING_PCM16:
+            samples = np.frombuffer(encoded.audio, "<i2")
+            assert (samples[5], samples[6], samples[7], samples[8]) == (0, 0, 32767, -32767)
+        else:   # 1.5 clamped, not wrapped around by libsndfile's mu-law
+            decoded, _ = soundfile.read(io.BytesIO(encoded.audio), format="RAW", subtype="ULAW", samplerate=24000,
+                                        channels=1)
+            assert decoded[5] == 0 and decoded[7] > 0.9 and decoded[8] < -0.9
+
+
+def test_vocoder_faults_come_from_the_pcm_part_and_only_from_it():
+    assert vocoder_faults(SimpleNamespace(num_nonfinite_samples=3, num_clipped_samples=1)) == SampleFaults(3, 1)
+    assert vocoder_faults(SimpleNamespace(seq=0)) is None   # no check came with it: the encoder checks
+
+
+def test_session_counts_its_chunks_faults_in_the_metrics_and_logs_the_request(caplog):
+    session, metrics = pcm16_session("req-7")
     with caplog.at_level(logging.WARNING, logger="gateway.metrics"):
-        # the vocoder replaced 3 NaN by 0 already (reported in the PcmBatch); the chunk still has 2 of its own
-        chunk = session._audio_chunk(poisoned_chunk(), False, seq=4, num_nonfinite_upstream=3)
-        session._audio_chunk(np.full(64, 0.1, np.float32), False, seq=5)
+        # the vocoder replaced 2 NaN/inf by 0 and counted 2 samples at or past full scale (the PcmBatch says so)
+        chunk = session._audio_chunk(vocoder_sent(poisoned_chunk()), False, seq=4, upstream_faults=SampleFaults(2, 2))
+        session._audio_chunk(np.full(64, 0.1, np.float32), False, seq=5, upstream_faults=SampleFaults())
     assert np.isfinite(np.frombuffer(chunk.audio, "<i2")).all()
     value = metrics.registry.get_sample_value
-    assert value("tts_audio_nonfinite_chunks_total") == 1 and value("tts_audio_nonfinite_samples_total") == 5
+    # counted once: the vocoder's counts pass through, the gateway adds none of its own
+    assert value("tts_audio_nonfinite_chunks_total") == 1 and value("tts_audio_nonfinite_samples_total") == 2
     assert value("tts_audio_clipped_chunks_total") == 1 and value("tts_audio_clipped_samples_total") == 2
     [warning] = [r.getMessage() for r in caplog.records]
-    assert "request req-7" in warning and "chunk 4" in warning and "5 non-finite" in warning
+    assert "request req-7" in warning and "chunk 4" in warning and "2 non-finite" in warning
+
+
+def test_session_checks_a_chunk_that_came_without_the_vocoders_counts():
+    session, metrics = pcm16_session("req-8")
+    chunk = session._audio_chunk(poisoned_chunk(), False, seq=0)
+    samples = np.frombuffer(chunk.audio, "<i2")
+    assert (samples[5], samples[6], samples[7], samples[8]) == (0, 0, 32767, -32767)
+    value = metrics.registry.get_sample_value
+    assert value("tts_audio_nonfinite_samples_total") == 2 and value("tts_audio_clipped_samples_total") == 2
