@@ -275,10 +275,7 @@ class Backend:
                 self._check_health()
                 continue
             talker.is_connected = False
-            talker.last_seen_s = 0.0
-            logger.warning("talker %s lost: connection closed (%d live streams)", talker.name, talker.num_streams)
-            self._fail_streams(talker, f"talker {talker.name} lost: connection closed")
-            self._check_health()
+            self._lose_talker(talker, "connection closed")
 
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:
@@ -303,6 +300,16 @@ class Backend:
         talker.num_healthy_vocoders = hb.num_healthy_vocoders
         talker.is_draining = hb.is_draining
         talker.last_seen_s = time.monotonic()
+        self._check_health()
+
+    def _lose_talker(self, talker: TalkerPeer, why: str) -> None:
+        """One loss of `talker` (its link closed, or silent past `peer_timeout_ms`): logged once,
+        the streams that handed it work fail UNAVAILABLE naming it, and it stays out of rotation
+        until a heartbeat arrives (`last_seen_s` 0, which also keeps the silence check from finding
+        the same loss again on every tick)."""
+        talker.last_seen_s = 0.0
+        logger.warning("talker %s lost: %s (%d live streams)", talker.name, why, talker.num_streams)
+        self._fail_streams(talker, f"talker {talker.name} lost: {why}")
         self._check_health()
 
     def _fail_streams(self, talker: TalkerPeer, why: str) -> None:
@@ -342,9 +349,7 @@ class Backend:
                         await talker.sock.send_multipart(wire.encode(wire.MessageType.HEARTBEAT, hb), flags=zmq.NOBLOCK)
                 except zmq.Again:
                     pass
-                if talker.last_seen_s and now_s - talker.last_seen_s > self.peer_timeout_s and talker.num_streams:
-                    logger.warning("talker %s lost (silent %.1f s)", talker.name, now_s - talker.last_seen_s)
-                    self._fail_streams(talker, f"talker {talker.name} lost: silent for "
-                                               f"{now_s - talker.last_seen_s:.1f} s")
+                if talker.last_seen_s and now_s - talker.last_seen_s > self.peer_timeout_s:
+                    self._lose_talker(talker, f"silent for {now_s - talker.last_seen_s:.1f} s")
             self._check_health()
             await asyncio.sleep(min(self.heartbeat_interval_ms / 1e3, 0.25))

@@ -205,6 +205,53 @@ def test_pick_takes_the_least_loaded_talker_and_goes_round_among_equals():
     assert after == ["t2", "t0"]
 
 
+def test_a_silent_talker_is_lost_once_per_loss_not_on_every_tick(caplog):
+    """Silence past peer_timeout_ms: one warning and one UNAVAILABLE per stream that handed it work,
+    however many ticks pass before it speaks again; a heartbeat brings it back, and the next
+    silence is a new loss, found once again."""
+    import logging
+
+    from gateway.backend import Backend
+    from protos import wire
+    from protos.tts.internal.v1 import common_pb2
+
+    def errors(box) -> list[str]:
+        out = []
+        while not box.queue.empty():
+            event = box.queue.get_nowait()
+            assert event.kind == wire.MessageType.ERROR and event.header.code == common_pb2.STATUS_CODE_UNAVAILABLE
+            out.append(event.header.message)
+        return out
+
+    async def body():
+        backend = Backend(("tcp://127.0.0.1:1",), "tcp://127.0.0.1:*", heartbeat_interval_ms=20, peer_timeout_ms=100)
+        [talker] = backend.talkers
+        talker.peer_id, talker.is_connected, talker.num_healthy_vocoders = "talker-quiet", True, 1
+        talker.last_seen_s = time.monotonic() - 1.0        # silent for a second already
+        box = backend.open_mailbox("r1", talker)
+        box.is_on_talker = True
+        tick = asyncio.get_running_loop().create_task(backend._tick())
+        try:
+            await asyncio.sleep(0.3)                       # ~15 ticks while it stays silent
+            first = errors(box)
+            backend._on_heartbeat(talker, common_pb2.Heartbeat(peer_id="talker-quiet", num_healthy_vocoders=1))
+            is_back = backend.is_usable(talker)
+            await until(lambda: not backend.is_usable(talker), "silent again past the timeout")
+            await asyncio.sleep(0.2)
+            return first, is_back, errors(box)
+        finally:
+            tick.cancel()
+            await asyncio.gather(tick, return_exceptions=True)
+            await backend.stop()
+
+    with caplog.at_level(logging.WARNING, logger="gateway.backend"):
+        first, is_back, second = run(body(), 10)
+    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert len(first) == 1 and "talker-quiet" in first[0] and "silent for" in first[0]
+    assert is_back and len(second) == 1
+    assert len(lost) == 2 and all("talker talker-quiet at tcp://127.0.0.1:1 lost: silent for" in m for m in lost)
+
+
 def test_a_talker_lost_while_it_encodes_a_voice_fails_the_registration_naming_it(tmp_path):
     """RegisterVoice waits for the talker's encoding; the talker's link closing ends that wait with
     UNAVAILABLE naming it (heartbeat loss is out of reach here: 60 s)."""
