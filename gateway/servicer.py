@@ -197,7 +197,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         if request.model and request.model != self.model.name:
             await self._fail(context, InvalidArgument("model", f"unknown model {request.model!r}; served: {self.model.name}"))
         return voices_pb2.ListVoicesResponse(models=[self.model.describe(is_default=True)],
-                                             registered_voices=self.voices.list(self.model.name))
+                                             registered_voices=await asyncio.to_thread(self.voices.list,
+                                                                                       self.model.name))
 
     async def RegisterVoice(self, request, context) -> voices_pb2.RegisterVoiceResponse:
         try:
@@ -213,7 +214,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         voice_id = request.voice_id or self.voices.new_id()
         if not VOICE_ID.match(voice_id):
             raise InvalidArgument("voice_id", f"{voice_id!r} must be 1-64 chars of [a-z0-9_-]")
-        if self.voices.get(voice_id) is not None and not request.overwrite:
+        if await asyncio.to_thread(self.voices.get, voice_id) is not None and not request.overwrite:
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"voice_id: {voice_id!r} exists (set overwrite)")
         clone = request.clone
         if not clone.x_vector_only and not clone.reference_text.strip():
@@ -244,12 +245,12 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             voice_id=voice_id, model=self.model.name, display_name=request.display_name,
             reference_text="" if clone.x_vector_only else clone.reference_text, x_vector_only=clone.x_vector_only,
             reference_audio_s=audio.size / NATIVE_SAMPLE_RATE_HZ, created_unix_ms=int(time.time() * 1e3))
-        self.voices.put(VoiceRecord(voice, event.header.prompt))
+        await asyncio.to_thread(self.voices.put, VoiceRecord(voice, event.header.prompt))
         logger.info("registered voice %s (%.1f s reference)", voice_id, voice.reference_audio_s)
         return voices_pb2.RegisterVoiceResponse(voice=voice)
 
     async def DeleteVoice(self, request, context) -> voices_pb2.DeleteVoiceResponse:
-        record = self.voices.delete(request.voice_id)
+        record = await asyncio.to_thread(self.voices.delete, request.voice_id)
         if record is None:
             await self._fail(context, RequestError(grpc.StatusCode.NOT_FOUND,
                                                    f"voice_id: no registered voice {request.voice_id!r}"))

@@ -9,6 +9,8 @@ the truth, so a voice registered, replaced or deleted through one gateway is see
 their next lookup. A record read from disk is kept while its `.json` is the same file (inode and
 mtime: every write renames a new file into place); the `.pb` is renamed in first, so a `.json`
 never names a prompt older than itself.
+
+Every method does disk I/O: callers on the event loop run them in a worker thread.
 """
 from __future__ import annotations
 
@@ -43,17 +45,24 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 class VoiceRegistry:
+    """Safe to call from several threads at once (lookups run in worker threads, off the event
+    loop): each voice read is one entry (record, stamp) of one dict, replaced or dropped whole."""
+
     def __init__(self, directory: str | Path = "") -> None:
         self.directory = Path(directory or DEFAULT_VOICES_DIR).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.records: dict[str, VoiceRecord] = {}
-        self._stamps: dict[str, tuple[int, int]] = {}   # voice id -> (inode, mtime_ns) of the .json read
+        # voice id -> (its record, (inode, mtime_ns) of the .json it was read from)
+        self._read: dict[str, tuple[VoiceRecord, tuple[int, int]]] = {}
         self.list()
-        logger.info("%d registered voices in %s", len(self.records), self.directory)
+        logger.info("%d registered voices in %s", len(self._read), self.directory)
+
+    @property
+    def records(self) -> dict[str, VoiceRecord]:
+        """The voices read so far, by id (a copy)."""
+        return {voice_id: record for voice_id, (record, _) in list(self._read.items())}
 
     def _forget(self, voice_id: str) -> None:
-        self.records.pop(voice_id, None)
-        self._stamps.pop(voice_id, None)
+        self._read.pop(voice_id, None)
 
     def get(self, voice_id: str) -> VoiceRecord | None:
         """The voice as its files are now (another gateway may have changed them); None if absent or
@@ -67,8 +76,9 @@ class VoiceRegistry:
             self._forget(voice_id)
             return None
         stamp = (info.st_ino, info.st_mtime_ns)
-        if self._stamps.get(voice_id) == stamp:
-            return self.records[voice_id]
+        known = self._read.get(voice_id)
+        if known is not None and known[1] == stamp:
+            return known[0]
         try:
             voice = json_format.Parse(meta.read_text(encoding="utf-8"), voices_pb2.RegisteredVoice())
             prompt = talker_pb2.VoicePrompt.FromString((self.directory / f"{voice_id}.pb").read_bytes())
@@ -76,9 +86,9 @@ class VoiceRegistry:
             logger.warning("skipping registered voice %s: %s", meta, exc)
             self._forget(voice_id)
             return None
-        self.records[voice_id] = VoiceRecord(voice, prompt)
-        self._stamps[voice_id] = stamp
-        return self.records[voice_id]
+        record = VoiceRecord(voice, prompt)
+        self._read[voice_id] = (record, stamp)
+        return record
 
     def new_id(self) -> str:
         return "voice-" + secrets.token_hex(6)
@@ -103,7 +113,7 @@ class VoiceRegistry:
     def list(self, model: str = "") -> list[voices_pb2.RegisteredVoice]:
         """Every voice in the directory now (a scan: listing is rare, lookups go by id)."""
         on_disk = sorted(meta.stem for meta in self.directory.glob("*.json"))
-        for voice_id in set(self.records) - set(on_disk):
+        for voice_id in self._read.keys() - set(on_disk):   # a new set: other threads may change _read
             self._forget(voice_id)
         records = [record for record in map(self.get, on_disk) if record is not None]
         return [r.voice for r in records if not model or r.voice.model == model]

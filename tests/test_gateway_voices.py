@@ -132,3 +132,82 @@ def test_gateways_sharing_a_voices_directory_see_each_others_voices(tmp_path):
     assert listed == ["shared"] and spoken[-1].HasField("summary")
     assert replaced == ["again"]
     assert gone.code() == grpc.StatusCode.NOT_FOUND and not left
+
+
+def test_registry_lookups_from_many_threads_never_see_half_an_entry(tmp_path):
+    """Lookups run in worker threads (the resolver and the voice RPCs, off the event loop) while
+    others replace and delete the same voice: each sees the voice or None, never a KeyError from a
+    record and its stamp read apart."""
+    import sys
+    import threading
+
+    from gateway.voices import VoiceRecord
+    from protos.tts.internal.v1 import talker_pb2
+
+    reg = VoiceRegistry(tmp_path)
+    record = VoiceRecord(voices_pb2.RegisteredVoice(voice_id="v1", model="m"),
+                         talker_pb2.VoicePrompt(model="m", speaker_embedding=[1.0]))
+    reg.put(record)
+    errors, stop = [], threading.Event()
+
+    def hammer(action) -> None:
+        try:
+            while not stop.is_set():
+                action()
+        except Exception as exc:   # noqa: BLE001 - any exception is the failure under test
+            errors.append(exc)
+            stop.set()
+
+    def lookup() -> None:
+        got = reg.get("v1")
+        assert got is None or got.voice.voice_id == "v1"
+
+    actions = [lookup, lookup, lambda: reg.list("m"), lambda: reg.put(record), lambda: reg.delete("v1")]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=hammer, args=(action,)) for action in actions]
+        for thread in threads:
+            thread.start()
+        stop.wait(1.0)
+        stop.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    reg.put(record)
+    assert reg.get("v1").voice.voice_id == "v1" and list(reg.records) == ["v1"]
+
+
+def test_voice_rpcs_touch_the_disk_off_the_event_loop(tmp_path):
+    """ListVoices, RegisterVoice and DeleteVoice call the registry (files on a possibly shared,
+    possibly slow volume) in worker threads: the loop keeps serving streams meanwhile."""
+    import threading
+
+    model_dir = resolve_model_dir("tiny-base")
+    talker = FakeTalker()
+    ref = reference_wav(tmp_path)
+    calls: list[tuple[str, bool]] = []
+
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, model_name="tiny-base") as gw:
+            loop_thread = threading.get_ident()
+            for name in ("get", "put", "delete", "list"):
+                method = getattr(gw.voices, name)
+
+                def traced(*args, _name=name, _method=method):
+                    calls.append((_name, threading.get_ident() == loop_thread))
+                    return _method(*args)
+                setattr(gw.voices, name, traced)
+            async with TtsClient(f"127.0.0.1:{gw.port}") as client:
+                await client.register_voice("v", ref, reference_text="Hello there.")
+                await client.list_voices()
+                await client.delete_voice("v")
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), 60))
+    finally:
+        talker.close()
+    assert {name for name, _ in calls} == {"get", "put", "list", "delete"}   # list and delete look up with get
+    assert not any(on_loop for _, on_loop in calls), calls
