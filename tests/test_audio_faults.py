@@ -230,7 +230,10 @@ def test_session_counts_its_chunks_faults_in_the_metrics_and_logs_the_request(ca
         # the vocoder replaced 2 NaN/inf by 0 and counted 2 samples at or past full scale (the PcmBatch says so)
         chunk = session._audio_chunk(vocoder_sent(poisoned_chunk()), False, seq=4, upstream_faults=SampleFaults(2, 2))
         session._audio_chunk(np.full(64, 0.1, np.float32), False, seq=5, upstream_faults=SampleFaults())
-    assert np.isfinite(np.frombuffer(chunk.audio, "<i2")).all()
+    # NaN/inf as the vocoder sent them (0), 1.5 clamped to full scale, everything else as it was
+    expected = np.round(np.clip(vocoder_sent(poisoned_chunk()), -1.0, 1.0) * 32767.0).astype("<i2")
+    assert expected[5] == expected[6] == 0 and expected[7] == 32767 and expected[8] == -32767
+    assert np.array_equal(np.frombuffer(chunk.audio, "<i2"), expected)
     value = metrics.registry.get_sample_value
     # counted once: the vocoder's counts pass through, the gateway adds none of its own
     assert value("tts_audio_nonfinite_chunks_total") == 1 and value("tts_audio_nonfinite_samples_total") == 2
