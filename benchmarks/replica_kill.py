@@ -12,8 +12,10 @@ pid, role and admin address):
 2. `after`: as soon as the killed replica is dropped (a stream on it failed, or - a vocoder - the
    talkers call it unhealthy), --streams new streams, while `during` still runs. They should all
    finish, and the replicas' own counters show which took them (the killed one is down).
-3. `rejoin` (unless --rejoin-timeout-s 0): once compose_run has started the killed replica again
-   and it answers SERVING, --streams more; the load split shows whether it takes work again.
+3. `rejoin` (unless --rejoin-timeout-s 0): once compose_run has started the killed replica again,
+   it answers SERVING and its peers count it healthy (the talkers' links to a vocoder; every
+   gateway's healthy talkers, for a talker), --streams more; the load split shows whether it takes
+   work again.
 Writes one JSON with each phase's outcomes, the load split over the killed replica's role (and
 over the talkers), and the talkers' views of themselves and their vocoders.
 """
@@ -26,6 +28,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -150,16 +153,48 @@ def read_ready(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def poll_until(condition, timeout_s: float, interval_s: float = 0.2) -> float | None:
+    """The monotonic time at which `condition()` first held; None if it did not within `timeout_s`."""
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return time.monotonic()
+        if time.monotonic() >= deadline_s:
+            return None
+        time.sleep(interval_s)
+
+
 def wait_rejoined(path: Path, name: str, starts_before: int, timeout_s: float) -> float | None:
     """The monotonic time at which compose_run had started `name` again and it answered SERVING;
     None if that did not happen within `timeout_s`."""
-    deadline_s = time.monotonic() + timeout_s
-    while time.monotonic() < deadline_s:
+    def is_back() -> bool:
         info = read_ready(path)["replicas"][name]
-        if info.get("num_starts", 1) > starts_before and is_serving(info["health"], timeout_s=1.0):
-            return time.monotonic()
-        time.sleep(0.5)
-    return None
+        return info.get("num_starts", 1) > starts_before and is_serving(info["health"], timeout_s=1.0)
+    return poll_until(is_back, timeout_s, 0.5)
+
+
+def gateway_healthy_talkers(address: str, metrics_port: int, timeout_s: float = 2.0) -> float | None:
+    """The gateway's `tts_healthy_talkers` gauge from its Prometheus port; None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:{metrics_port}/metrics", timeout=timeout_s) as reply:
+            lines = reply.read().decode().splitlines()
+    except OSError:
+        return None
+    return next((float(line.split()[1]) for line in lines if line.startswith("tts_healthy_talkers ")), None)
+
+
+def is_healthy_at_peers(ready: dict, role: str, victim_endpoint: str, gateway_metrics_port: int) -> bool:
+    """Whether the peers that send the restarted replica work count it healthy again: for a vocoder,
+    every talker linked to it (`victim_endpoint`); for a talker, every gateway (all talkers healthy)."""
+    if role == "vocoder":
+        if not victim_endpoint:   # no talker linked to it before the kill: none to wait for
+            return True
+        links = [v for v in talker_view(ready) if v.get("endpoint") == victim_endpoint]
+        return bool(links) and all(v["is_healthy"] for v in links)
+    replicas = ready["replicas"].values()
+    num_talkers = sum(1 for info in replicas if info.get("role") == "talker")
+    return all(gateway_healthy_talkers(info["address"], gateway_metrics_port) == num_talkers
+               for info in replicas if info.get("role") == "gateway")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the kill, start the next streams once the talker has dropped the replica, or after this")
     p.add_argument("--rejoin-timeout-s", type=float, default=300.0,
                    help="wait this long for the killed replica to be SERVING again (0: no rejoin phase)")
+    p.add_argument("--healthy-timeout-s", type=float, default=30.0,
+                   help="after the restart, wait this long for its peers to count it healthy before the rejoin phase")
+    p.add_argument("--gateway-metrics-port", type=int, default=9090,
+                   help="the gateways' Prometheus port (the compose files' --metrics-port): a restarted talker is "
+                        "healthy again once every gateway's tts_healthy_talkers counts every talker")
     p.add_argument("--voice", default="vivian")
     p.add_argument("--timeout-s", type=float, default=300.0, help="each stream's gRPC deadline")
     p.add_argument("--out", default="")
@@ -219,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         result["kill_to_serving_again_s"] = None if rejoined_s is None else round(rejoined_s - run["kill_s"], 2)
         if rejoined_s is not None:
             print(f"{args.kill} SERVING again {result['kill_to_serving_again_s']} s after the kill", flush=True)
-            time.sleep(2.0)   # a heartbeat or two, so its peers (talkers or gateway) count it healthy again
+            # its peers (talkers or gateway) count it healthy at its first heartbeat over the new link
+            healthy_s = poll_until(lambda: is_healthy_at_peers(ready, role, victim_endpoint, args.gateway_metrics_port),
+                                   args.healthy_timeout_s)
+            result["kill_to_healthy_at_peers_s"] = None if healthy_s is None else round(healthy_s - run["kill_s"], 2)
+            if healthy_s is None:
+                print(f"{args.kill}'s peers did not count it healthy within {args.healthy_timeout_s:g} s; "
+                      "the rejoin phase runs anyway", flush=True)
             before = collect_replicas(args.compose_ready, reset=False)
             rows = asyncio.run(phase(target, args, 30_000))
             result["phases"]["rejoin"] = {"outcome": summarize(rows, None), "rows": rows,

@@ -184,6 +184,7 @@ def test_multi_gpu_file_runs_on_one_host_and_stops_on_sigterm(tmp_path):
         synthesize_many(info["grpc_target"])
         per_vocoder = [_finished(v) for v in vocoders]
         assert sum(per_vocoder) == 6 and min(per_vocoder) >= 1, per_vocoder   # least-loaded spreads them
+        check_backend_metrics(info, per_vocoder)
         check_replica_kill(ready, tmp_path / "kill.json", info)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -245,10 +246,28 @@ def assert_only_the_victims_streams_failed(result, info, victim: str, survivor: 
 def assert_it_rejoined(result, info, restarted: dict, victim: str) -> None:
     """compose_run started the victim again (restart: unless-stopped) and it took some of the next streams."""
     assert result["kill_to_serving_again_s"] is not None
+    # the rejoin phase waited for its peers to count it healthy (no fixed sleep), after it was SERVING
+    assert result["kill_to_healthy_at_peers_s"] is not None
+    assert result["kill_to_healthy_at_peers_s"] >= result["kill_to_serving_again_s"]
     assert restarted["num_starts"] == 2 and restarted["pid"] != info["replicas"][victim]["pid"]
     rejoin = result["phases"]["rejoin"]
     split = rejoin["load_split" if info["replicas"][victim]["role"] == "vocoder" else "talker_load_split"]
     assert rejoin["outcome"]["by_code"] == {"OK": 4} and split[victim]["streams"] >= 1, split
+
+
+def check_backend_metrics(info: dict, finished_per_vocoder: list[int]) -> None:
+    """Each vocoder replica's Prometheus port (the compose file's --metrics-port, on the replica's
+    own address) counts the streams it finished and the decode time they took; the talker's too."""
+    from metrics_support import scrape
+
+    services = compose_config("multi")["services"]
+    port = {role: int(parse_flags(services[role]["command"][1:])["--metrics-port"]) for role in ("vocoder", "talker")}
+    replicas = info["replicas"]
+    vocoders = [scrape(port["vocoder"], replicas[name]["address"]) for name in ("vocoder-1", "vocoder-2")]
+    assert [v["qwen3_tts_vocoder_requests_completed_total"] for v in vocoders] == finished_per_vocoder
+    assert all(v["qwen3_tts_vocoder_busy_seconds_total"] > 0 for v in vocoders)
+    talker = scrape(port["talker"], replicas["talker-1"]["address"])
+    assert talker["qwen3_tts_talker_requests_started_total"] == 6 and talker["qwen3_tts_talker_busy_seconds_total"] > 0
 
 
 def check_replica_kill(ready, out, info):
