@@ -39,7 +39,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.client_procs import round_robin, run_parts  # noqa: E402
 from benchmarks.gpu_busy import GpuBusySampler  # noqa: E402
+from benchmarks.proc_cpu import ProcCpu  # noqa: E402
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
 from benchmarks.stack_launch import launch_stack  # noqa: E402
@@ -143,47 +145,73 @@ def stall_summary(results: list[dict]) -> dict:
     return report
 
 
-async def level(target: str, concurrency: int, args, arrivals: str = "closed",
-                stream_wall_s: float | None = None) -> dict:
-    """One level: `closed` keeps `concurrency` streams in flight; `poisson` starts them open loop
-    at a rate that holds about that many open given streams of `stream_wall_s` (default: the
-    warm-up stream's)."""
+async def warm_stream(target: str, args) -> dict:
+    """One stream before a level (warm-up; its wall time sets the stagger and a Poisson rate)."""
     async with TtsClient(target) as client:
         config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips)
-        warm = await one_stream(client, 0, args, config_for)  # warm-up; its wall time sets the stagger
-        total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
-        results: list[dict] = []
-        refused: list[str] = []   # RESOURCE_EXHAUSTED details of open-loop arrivals turned away
-        rate_hz = None
-        if arrivals == "poisson":
-            rate_hz = concurrency / (stream_wall_s or warm["wall_s"])
-            period_s = 0.0
+        return await one_stream(client, 0, args, config_for)
 
-            async def arrival(seed: int, offset_s: float):
-                await asyncio.sleep(offset_s)
+
+async def run_jobs(target: str, args, jobs: list[tuple[float, list[int], bool]], start_at_s: float) -> dict:
+    """This process's share of a level: each job (offset from `start_at_s` on the monotonic clock,
+    seeds run one after another, whether it is an open-loop arrival that may be refused) in flight
+    at once. -> {"results": per-stream dicts, "refused": RESOURCE_EXHAUSTED details}."""
+    results: list[dict] = []
+    refused: list[str] = []   # open-loop arrivals turned away: counted, not an error
+    async with TtsClient(target) as client:
+        # the voice is registered once, by the parent, before the parts start
+        config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips,
+                                   register=False)
+
+        async def job(offset_s: float, seeds: list[int], may_refuse: bool):
+            await asyncio.sleep(max(0.0, start_at_s + offset_s - time.monotonic()))
+            for seed in seeds:
                 try:
                     results.append(await one_stream(client, 1000 + seed, args, config_for))
-                except grpc.aio.AioRpcError as exc:   # an open loop can outrun the service: counted
-                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                except grpc.aio.AioRpcError as exc:
+                    if not may_refuse or exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                         raise
                     refused.append(exc.details())
 
-            jobs = [arrival(seed, offset_s) for seed, offset_s in enumerate(poisson_offsets_s(total, rate_hz))]
-        else:
-            period_s = warm["wall_s"] if args.stagger_starts and arrivals == "closed" else 0.0
-            queue = list(range(total))
+        await asyncio.gather(*(job(*j) for j in jobs))
+    return {"results": results, "refused": refused}
 
-            async def worker(offset_s: float):
-                await asyncio.sleep(offset_s)
-                while queue:
-                    seed = queue.pop()
-                    results.append(await one_stream(client, 1000 + seed, args, config_for))
 
-            jobs = [worker(offset_s) for offset_s in start_offsets_s(concurrency, period_s)]
-        t0 = time.monotonic()
-        with GpuBusySampler() as busy:
-            await asyncio.gather(*jobs)
-        wall_s = time.monotonic() - t0
+def _run_part(target: str, args, jobs: list, start_at_s: float) -> dict:
+    return asyncio.run(run_jobs(target, args, jobs, start_at_s))
+
+
+def level_jobs(concurrency: int, total: int, arrivals: str, period_s: float,
+               rate_hz: float | None) -> list[tuple[float, list[int], bool]]:
+    """(offset s, seeds, may be refused) per job: `poisson` one open-loop arrival per stream;
+    otherwise `concurrency` closed-loop workers, worker k starting at its stagger offset and running
+    streams k, k + concurrency, ... (streams of equal length: the same as a shared queue)."""
+    if arrivals == "poisson":
+        return [(offset_s, [seed], True) for seed, offset_s in enumerate(poisson_offsets_s(total, rate_hz))]
+    offsets = start_offsets_s(concurrency, period_s)
+    return [(offsets[k], list(range(k, total, concurrency)), False) for k in range(min(concurrency, total))]
+
+
+def level(target: str, concurrency: int, args, arrivals: str = "closed",
+          stream_wall_s: float | None = None, pids: dict[str, int] | None = None) -> dict:
+    """One level: `closed` keeps `concurrency` streams in flight; `poisson` starts them open loop
+    at a rate that holds about that many open given streams of `stream_wall_s` (default: the
+    warm-up stream's). The streams are driven from `--client-procs` processes."""
+    warm = asyncio.run(warm_stream(target, args))
+    total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
+    rate_hz = concurrency / (stream_wall_s or warm["wall_s"]) if arrivals == "poisson" else None
+    period_s = warm["wall_s"] if args.stagger_starts and arrivals == "closed" else 0.0
+    jobs = level_jobs(concurrency, total, arrivals, period_s, rate_hz)
+    parts = round_robin(jobs, max(1, min(args.client_procs, len(jobs))))
+    # the parts start together: spawned processes take ~1 s to import and connect
+    start_at_s = time.monotonic() + (2.0 if len(parts) > 1 else 0.0)
+    with GpuBusySampler() as busy, ProcCpu(pids or {}) as cpu:
+        done = run_parts(_run_part, [(target, args, part, start_at_s) for part in parts])
+    results = [r for d in done for r in d["result"]["results"]]
+    refused = [x for d in done for x in d["result"]["refused"]]
+    t0 = min(r["start_s"] for r in results)
+    wall_s = max(r["start_s"] + r["wall_s"] for r in results) - t0
+    client_cpu_pct = 100 * sum(d["cpu_s"] for d in done) / wall_s
     pct = lambda key, q: float(np.percentile([r[key] for r in results], q))  # noqa: E731
     stage_pct = lambda name, q: float(np.percentile([r["timings"][name] for r in results], q))  # noqa: E731
     if arrivals == "closed" and not period_s:   # (a burst whatever it was called)
@@ -201,10 +229,12 @@ async def level(target: str, concurrency: int, args, arrivals: str = "closed",
             "stages": {name: {"p50_ms": stage_pct(name, 50), "p95_ms": stage_pct(name, 95)} for name in STAGES},
             "audio_s_per_s": sum(r["audio_s"] for r in results) / wall_s,
             "gpu_busy": busy.summary(),   # nvidia-smi utilization while the level ran (None without one)
+            # CPU of each service process and of the client parts (near 100: that loop sets the pace)
+            "cpu": {**cpu.summary(), "client": {"cpu_pct": round(client_cpu_pct, 1), "procs": len(parts)}},
             "raw": results}
 
 
-def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
+def start_stack(args, work: Path) -> tuple[subprocess.Popen, str, dict[str, int]]:
     stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT   # whose services run
     launcher_args = ["--model", args.model, "--device", args.device, "--grpc-port", "0",
                      f"--gateway-arg=--max-streams={max(args.concurrency) * 4}"]   # headroom for an open loop's peaks
@@ -215,7 +245,7 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, str]:
     launcher_args += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
     launcher_args += args.launcher_arg
     proc, ready = launch_stack(launcher_args, work, stack_dir)
-    return proc, ready["grpc_target"]
+    return proc, ready["grpc_target"], ready.get("pids") or {}
 
 
 def main() -> int:
@@ -251,6 +281,9 @@ def main() -> int:
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--client-procs", type=int, default=1,
+                   help="client processes a level's streams are spread over (one Python process driving hundreds "
+                        "of streams delays what it measures; 4 at 256 streams)")
     p.add_argument("--talker-arg", action="append", default=[])
     p.add_argument("--vocoder-arg", action="append", default=[])
     p.add_argument("--launcher-arg", action="append", default=[],
@@ -277,9 +310,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     args.work_dir = work
     try:
-        target = args.target
+        target, pids = args.target, {}
         if not target:
-            proc, target = start_stack(args, work)
+            proc, target, pids = start_stack(args, work)
         rows = []
         stats_dir = None if args.target else work   # the launcher's ready files name the admin ports
         single = None
@@ -293,7 +326,7 @@ def main() -> int:
             before = collect_replicas(args.compose_ready)
             closed_wall_s = next((r["mean_stream_wall_s"] for r in rows
                                   if r["concurrency"] == c and r["arrivals"] != "poisson"), None)
-            row = asyncio.run(level(target, c, args, arrivals, closed_wall_s))
+            row = level(target, c, args, arrivals, closed_wall_s, pids)
             row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
             if args.compose_ready:
                 row["vocoder_load_split"] = load_split(before, row["server_stats"])
@@ -310,6 +343,8 @@ def main() -> int:
                   f"{stalls['streams_stall_over_100ms']}, longest {stalls['longest_stall_ms']:.1f} ms (server: "
                   f"{stalls['server_streams_with_stalls']} streams, longest {stalls['server_longest_stall_ms']:.1f})",
                   flush=True)
+            print("        cpu %: " + ", ".join(f"{name} {v['cpu_pct']:.0f}" for name, v in row["cpu"].items())
+                  + f" ({row['cpu']['client']['procs']} client procs)", flush=True)
             print("        server p50/p95 ms: " + " | ".join(
                 f"{name.removesuffix('_ms')} {s['p50_ms']:.1f}/{s['p95_ms']:.1f}" for name, s in row["stages"].items()),
                 flush=True)

@@ -55,8 +55,9 @@ def _common(seed: int, frames: int, **voice) -> config_pb2.SynthesisConfig:
 
 
 async def prepare(client: TtsClient, workload: str, work_dir: Path, speaker: str = "vivian",
-                  distinct_clips: bool = False) -> ConfigFor:
-    """What each stream of `workload` sends; registers the voice first where the workload needs one."""
+                  distinct_clips: bool = False, register: bool = True) -> ConfigFor:
+    """What each stream of `workload` sends; registers the voice first where the workload needs one
+    (unless `register` is False: another client of the same level did)."""
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
     if workload == "custom-voice":
@@ -67,7 +68,8 @@ async def prepare(client: TtsClient, workload: str, work_dir: Path, speaker: str
     if workload in ("registered", "registered-xvector"):
         # no transcript: the voice is its speaker embedding alone, a prompt as long as CustomVoice's
         transcript = REFERENCE_TEXT if workload == "registered" else ""
-        await client.register_voice(REGISTERED_ID, clip, transcript, overwrite=True)
+        if register:
+            await client.register_voice(REGISTERED_ID, clip, transcript, overwrite=True)
         return lambda seed, frames: _common(seed, frames, voice=f"id:{REGISTERED_ID}")
     text = REFERENCE_TEXT if workload == "clone-icl" else ""
 

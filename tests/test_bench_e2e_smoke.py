@@ -26,7 +26,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
     # the tree whose stack it starts (an A/B base elsewhere; this tree here)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
                            "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson,burst",
-                                                       "--stack-dir", str(ROOT), "--launcher-arg=--http-port=-1"]
+                                                       "--stack-dir", str(ROOT), "--launcher-arg=--http-port=-1",
+                                                       "--client-procs", "2"]
                                                       if stagger else []),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -64,6 +65,12 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
                                                       "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms",
                                                       "voice_encode_ms"}
     for row in result["levels"]:
+        # each service's CPU while the level ran, and the client's parts: the staggered run spreads
+        # the streams of a level over two processes (one per closed-loop worker or arrival)
+        assert {"gateway", "talker", "vocoder", "client"} <= set(row["cpu"]), row["cpu"]
+        assert all(row["cpu"][name]["cpu_pct"] > 0 for name in ("gateway", "talker", "vocoder", "client"))
+        jobs = row["concurrency"] if row["arrivals"] != "poisson" else row["num_streams"]
+        assert row["cpu"]["client"]["procs"] == (min(2, jobs) if stagger else 1)
         assert row["num_streams"] == 2 * row["concurrency"]
         assert {r["frames"] for r in row["raw"]} == {result["frames_per_utterance"]}
         assert all(abs(r["audio_s"] - result["frames_per_utterance"] / 12.5) < 1e-6 for r in row["raw"])
