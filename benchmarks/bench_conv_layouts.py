@@ -33,6 +33,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit  # noqa: E402
+from benchmarks.device_name import gpu_name  # noqa: E402
 
 # (B, C_in, C_out, T, K, dilation): the conv decoder's stride-1 convs in a batch-64 x 25-frame step
 DECODER_SHAPES = [
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
     dtype = torch.float32 if args.smoke else torch.bfloat16
     rows: list[dict] = []
     report = {"bench": "conv_layouts", "commit": git_commit(), "smoke": args.smoke, "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+              "gpu": gpu_name(device),
               "dtype": str(dtype).removeprefix("torch."), "results": rows}
     with torch.no_grad():
         for shape in SMOKE_SHAPES if args.smoke else DECODER_SHAPES:

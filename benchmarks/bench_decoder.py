@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
+from benchmarks.device_name import device_name  # noqa: E402
 
 from checkpoint.configs import speech_tokenizer_config  # noqa: E402
 from vocoder_service.codec import Code2Wav, DecoderConfig, StreamingDecoder  # noqa: E402
@@ -210,15 +211,11 @@ def run(args) -> dict:
             ms = median_ms(device_timer, lambda: model(codes)[..., args.context_frames * SAMPLES_PER_FRAME :], args.warmup, args.iters)
             rows.append(row("windowed_reference", "eager", bsz, total, ms, new_frames=args.chunk_frames))
     return {
-        "benchmark": "decoder", "device": _device_name(device), "torch": torch.__version__,
+        "benchmark": "decoder", "device": device_name(device), "torch": torch.__version__,
         "python": platform.python_version(), "git_commit": _git_commit(), "dtype": args.dtype,
         "config_size": size, "decoder_config": speech_tokenizer_config(size)["decoder_config"],
         "args": vars(args), "graph_vs_eager_max_abs": checks, "captures": captures, "rows": rows, "errors": errors,
     }
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
 
 def _git_commit() -> str:

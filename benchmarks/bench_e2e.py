@@ -43,6 +43,7 @@ from benchmarks.client_procs import round_robin, run_parts  # noqa: E402
 from benchmarks.gpu_busy import GpuBusySampler  # noqa: E402
 from benchmarks.proc_cpu import ProcCpu  # noqa: E402
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
+from benchmarks.device_name import stack_gpu_name  # noqa: E402
 from benchmarks.e2e_workloads import MODEL_TYPES, WORKLOADS, ConfigFor, prepare  # noqa: E402
 from benchmarks.stack_launch import launch_stack  # noqa: E402
 from benchmarks.stack_stats import collect, collect_replicas, load_split, one_line  # noqa: E402
@@ -359,11 +360,7 @@ def main() -> int:
                     f"{name} {s['streams']} streams ({s['stream_share']:.0%})"
                     for name, s in row["talker_load_split"].items()), flush=True)
         commit = read_commit(ROOT)
-        gpu = ""
-        if args.device.startswith("cuda"):
-            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                 text=True).stdout.strip().splitlines()[0:1]
-        result = {"bench": "e2e", "commit": commit, "stack_dir": args.stack_dir, "gpu": gpu, "model": args.model, "device": args.device,
+        result = {"bench": "e2e", "commit": commit, "stack_dir": args.stack_dir, "gpu": stack_gpu_name(args.device), "model": args.model, "device": args.device,
                   "compose_ready": json.loads(args.compose_ready.read_text()) if args.compose_ready else None,
                   "workload": args.workload, "distinct_clips": args.distinct_clips,
                   "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,

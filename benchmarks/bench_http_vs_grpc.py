@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.commit import git_commit  # noqa: E402
+from benchmarks.device_name import stack_gpu_name  # noqa: E402
 from benchmarks.stack_launch import launch_stack  # noqa: E402
 from client import TtsClient, make_config  # noqa: E402
 from protos.tts.v1 import config_pb2  # noqa: E402
@@ -116,14 +117,6 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, dict]:
     return launch_stack(launcher_args, work)
 
 
-def gpu_name() -> str:
-    try:
-        import torch
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    except Exception:   # torch missing or broken: the name is only a label
-        return "unknown"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny")
@@ -167,7 +160,7 @@ def main() -> int:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    result = {"gpu": gpu_name(), "commit": git_commit(), "model": args.model, "device": args.device,
+    result = {"gpu": stack_gpu_name(args.device), "commit": git_commit(), "model": args.model, "device": args.device,
               "frames": args.frames, "client_procs": args.client_procs, "voice": args.voice, "concurrency": args.concurrency, "rounds": args.rounds,
               "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.commit import git_commit  # noqa: E402
+from benchmarks.device_name import gpu_name  # noqa: E402
 from kernels.small_m_linear_triton import choose_blocks, small_m_linear_triton  # noqa: E402
 
 # (name, N, K) of the 1.7B talker (28 layers) and code predictor (5 layers x 15 passes per frame)
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
     dtype = torch.float32 if args.smoke else torch.bfloat16
     rows: list[dict] = []
     report = {"bench": "small_m_linear", "commit": git_commit(), "smoke": args.smoke,
-              "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+              "gpu": gpu_name(device),
               "dtype": str(dtype).removeprefix("torch."), "results": rows, "frame_totals_us": {}}
     with torch.no_grad():
         for name, n, k in SMOKE_SHAPES if args.smoke else SHAPES:

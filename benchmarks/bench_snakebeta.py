@@ -24,6 +24,7 @@ if "--smoke" in sys.argv:
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
+from benchmarks.device_name import gpu_name  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
             print_row(rows[-1])
     report = {
         "benchmark": "snakebeta",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (triton interpreter)",
+        "device": gpu_name(device) or "cpu (triton interpreter)",
         "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
         "commit": git_commit(), "smoke": args.smoke,
         "heuristic_constants": {k: getattr(snakebeta_config, k) for k in dir(snakebeta_config) if k.isupper()},

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
+from benchmarks.device_name import device_name  # noqa: E402
 
 from checkpoint.configs import model_config  # noqa: E402
 from talker_service.model import FrameDecoder, SamplingParams, SlotSamplingTable, TalkerConfig  # noqa: E402
@@ -257,7 +257,7 @@ def report(args, results: dict, size: str, max_slots: int, max_seq_len: int, can
                 entry["frames_per_s"] = int(key.split("_")[0][2:]) * 1e3 / entry["median_ms"]
     return {
         "benchmark": "talker_frame_step",
-        "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+        "device": device_name("cuda" if cuda else "cpu"),
         "torch": torch.__version__,
         "commit": git_commit(),
         "config": {"size": size, "dtype": args.dtype, "max_slots": max_slots, "max_seq_len": max_seq_len,

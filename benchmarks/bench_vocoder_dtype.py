@@ -27,7 +27,6 @@ import argparse
 import functools
 import gc
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_decoder import device_ms, median_ms  # noqa: E402
 from benchmarks.bench_vocoder_service import build_random_decoder, first_chunk_alone, make_runner, run_streams  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
+from benchmarks.device_name import device_name  # noqa: E402
 from service_common.memory_sizing import graph_budget_within  # noqa: E402
 from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     codebook_size = build_random_decoder(size, "cpu", torch.float32).config.codebook_size
     codes = rng.integers(0, codebook_size, (args.snr_streams, args.snr_frames, 16))
     ref = reference(size, args.device, codes)
-    result = {"benchmark": "vocoder_dtype", "gpu": torch.cuda.get_device_name() if is_cuda else platform.processor() or "cpu",
+    result = {"benchmark": "vocoder_dtype", "gpu": device_name(args.device),
               "commit": git_commit(), "torch": torch.__version__, "time_unix_s": time.time(),
               "config": {k: v for k, v in vars(args).items() if k != "out"},
               "reference": {"dtype": "float32", "tf32": False, "path": "Code2Wav.decode, one pass"},

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.commit import git_commit as read_commit  # noqa: E402
+from benchmarks.device_name import device_name  # noqa: E402
 
 from checkpoint.configs import speech_tokenizer_config  # noqa: E402
 from checkpoint.tiny_init import init_tensor  # noqa: E402
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
                          args.quick_first_chunk_frames, args.quick_first_max_streams)
     model = build_random_decoder("tiny" if args.smoke else "full", args.device, parse_dtype(args.dtype))
     result = {
-        "benchmark": "vocoder_service", "gpu": torch.cuda.get_device_name() if is_cuda else platform.processor() or "cpu",
+        "benchmark": "vocoder_service", "gpu": device_name(args.device),
         "commit": git_commit(), "torch": torch.__version__, "time_unix_s": time.time(),
         "config": {k: v for k, v in vars(args).items() if k != "out"}, "modes": {},
     }
