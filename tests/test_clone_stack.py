@@ -8,13 +8,13 @@ itself must equal the offline one. Errors: too-short audio is refused before any
 """
 from __future__ import annotations
 
-import asyncio
 
 import grpc
 import numpy as np
 import pytest
 import soundfile
 
+from async_support import run
 from checkpoint.files import resolve_model_dir
 from client import TtsClient, make_config
 from process_support import LauncherProcess
@@ -27,10 +27,7 @@ SEED = 777
 MAX_FRAMES = 10
 REF_TEXT = "Hello there, this is my voice."
 TEXT = "Say this clearly."
-
-
-def run(coro, timeout_s: float = 90.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+RUN_S = 90.0   # run()'s bound per call: a real stack on CPU encoding clips is slower than the fakes
 
 
 def reference_audio(seconds: float = 2.0) -> np.ndarray:
@@ -81,7 +78,7 @@ def stream(stack, config: config_pb2.SynthesisConfig):
     async def body():
         async with TtsClient(stack["grpc_target"]) as client:
             return [r async for r in client.stream([TEXT], config, timeout_s=90)]
-    return run(body())
+    return run(body(), RUN_S)
 
 
 def cloned_config(**kw) -> config_pb2.SynthesisConfig:
@@ -93,7 +90,7 @@ def test_registered_in_context_voice_equals_offline(stack, synth):
         async with TtsClient(stack["grpc_target"]) as client:
             return await client.register_voice("icl-voice", stack["ref_path"], reference_text=REF_TEXT)
 
-    voice = run(register())
+    voice = run(register(), RUN_S)
     assert voice.voice_id == "icl-voice" and not voice.x_vector_only
     with one_cpu_thread():
         want = synth.clone_voice(reference_audio(), 24000, REF_TEXT, x_vector_only=False)
@@ -137,5 +134,5 @@ def test_too_short_reference_is_refused(stack, tmp_path):
             await client.register_voice("short", short, reference_text=REF_TEXT)
 
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        run(register())
+        run(register(), RUN_S)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT

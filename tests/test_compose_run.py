@@ -19,6 +19,7 @@ import time
 import grpc
 import pytest
 
+from async_support import run
 from launcher.compose_plan import ROLE_MODULES, load_plan, substitute
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from test_deploy_support import COMPOSE_FILES, REPO, compose_config, parse_flags
@@ -172,7 +173,7 @@ def synthesize_many(target: str, num_streams: int = 6) -> list:
             return await asyncio.gather(*(client.synthesize(f"Hello number {i}.", cfg, timeout_s=60)
                                           for i in range(num_streams)))
 
-    replies = asyncio.run(asyncio.wait_for(body(), 90))
+    replies = run(body(), 90)
     assert all(r.summary.num_frames == 6 and len(r.audio) > 0 for r in replies)
     return replies
 

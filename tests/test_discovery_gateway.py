@@ -8,12 +8,12 @@ requests, stays connected while it holds a stream and is closed once idle.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import zmq
 import zmq.asyncio
 
+from async_support import run, until
 from gateway.backend import Backend
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
@@ -32,13 +32,6 @@ async def fake_talker(router: zmq.asyncio.Socket, name: str) -> None:
                                         model="fake", num_healthy_vocoders=1,
                                         load=common_pb2.Load(num_slots_total=4))
             await router.send_multipart([identity, *wire.encode(wire.MessageType.HEARTBEAT, beat)])
-
-
-async def until(condition, what: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        await asyncio.sleep(0.02)
 
 
 def healthy_names(backend: Backend) -> set[str]:
@@ -87,4 +80,4 @@ def test_backend_connects_joining_talkers_and_closes_departed_ones_once_idle():
             await asyncio.gather(*tasks, return_exceptions=True)
             context.destroy(linger=0)
 
-    asyncio.run(asyncio.wait_for(body(), 20))
+    run(body(), 20)

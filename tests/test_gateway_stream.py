@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from async_support import run
 from test_gateway_support import FakeTalker, running_gateway, tokens_from_pcm
 from checkpoint.files import resolve_model_dir
 from gateway.text_tokenizer import TextTokenizer
@@ -31,10 +32,6 @@ def talker():
     fake = FakeTalker()
     yield fake
     fake.close()
-
-
-def run(coro, timeout_s: float = 30.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 def speaker_config(**kw) -> config_pb2.SynthesisConfig:

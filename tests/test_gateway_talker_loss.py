@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 import pytest
 
+from async_support import run, until
 from test_gateway_support import FakeTalker, running_gateway, tokens_from_pcm
 from test_gateway_stream import audio_of, collect, model_dir, req, speaker_config  # noqa: F401 - fixture
 from checkpoint.files import resolve_model_dir
@@ -36,17 +37,6 @@ def talkers():
     yield pair
     for fake in pair:
         fake.close()
-
-
-def run(coro, timeout_s: float = 40.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
-
-
-async def until(condition, what: str, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for: {what}"
-        await asyncio.sleep(0.02)
 
 
 def healthy_gauge(gw) -> float:
@@ -199,7 +189,7 @@ def test_pick_takes_the_least_loaded_talker_and_goes_round_among_equals():
         finally:
             await backend.stop()
 
-    alone, burst, after = asyncio.run(asyncio.wait_for(body(), 10))
+    alone, burst, after = run(body(), 10)
     assert alone == ["t0", "t1", "t2", "t0"]
     assert sorted(burst) == ["t0", "t1", "t2"]
     assert after == ["t2", "t0"]

@@ -1,7 +1,6 @@
 """ListVoices / RegisterVoice / DeleteVoice and per-request clones against the fake talker (Base model)."""
 from __future__ import annotations
 
-import asyncio
 import io
 
 import grpc
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from async_support import run
 from test_gateway_support import FakeTalker, running_gateway
 from checkpoint.files import resolve_model_dir
 from client import TtsClient, make_config
@@ -48,7 +48,7 @@ def test_register_use_list_delete_and_persist(tmp_path):
                 return voice, dup.value, listed, got, cloned, short.value, deleted, gone.value
 
     try:
-        voice, dup, listed, got, cloned, short, deleted, gone = asyncio.run(asyncio.wait_for(body(), 60))
+        voice, dup, listed, got, cloned, short, deleted, gone = run(body(), 60)
     finally:
         talker.close()
     assert voice.voice_id == "my-voice" and voice.reference_audio_s == pytest.approx(2.0)
@@ -93,7 +93,7 @@ def test_a_slow_clone_encoding_counts_in_time_to_first_audio(tmp_path):
                 return cloned[-1].summary, registered[-1].summary, num_encoded, registered[0].start.request_id
 
     try:
-        cloned, registered, num_encoded, registered_id = asyncio.run(asyncio.wait_for(body(), 60))
+        cloned, registered, num_encoded, registered_id = run(body(), 60)
     finally:
         talker.close()
     assert cloned.timings.voice_encode_ms >= 400
@@ -126,7 +126,7 @@ def test_gateways_sharing_a_voices_directory_see_each_others_voices(tmp_path):
                 return listed, spoken, replaced, gone.value, (await a.list_voices()).registered_voices
 
     try:
-        listed, spoken, replaced, gone, left = asyncio.run(asyncio.wait_for(body(), 60))
+        listed, spoken, replaced, gone, left = run(body(), 60)
     finally:
         talker.close()
     assert listed == ["shared"] and spoken[-1].HasField("summary")
@@ -206,7 +206,7 @@ def test_voice_rpcs_touch_the_disk_off_the_event_loop(tmp_path):
                 await client.delete_voice("v")
 
     try:
-        asyncio.run(asyncio.wait_for(body(), 60))
+        run(body(), 60)
     finally:
         talker.close()
     assert {name for name, _ in calls} == {"get", "put", "list", "delete"}   # list and delete look up with get

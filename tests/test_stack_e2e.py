@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from async_support import run
 from client import TtsClient, make_config
 from process_support import LauncherProcess
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
@@ -24,10 +25,7 @@ from protos.tts.v1 import config_pb2, tts_pb2
 pytestmark = pytest.mark.timeout(120)
 MAX_FRAMES = 12
 SEED = 4242
-
-
-def run(coro, timeout_s: float = 60.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+RUN_S = 60.0   # run()'s bound per call: a real stack on CPU is slower than the in-process fakes
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +72,7 @@ def test_unary_audio_equals_the_offline_api_for_the_same_seed(stack, offline):
         async with TtsClient(stack["grpc_target"]) as client:
             return await client.synthesize(text, config(), timeout_s=60)
 
-    response = run(body())
+    response = run(body(), RUN_S)
     got = np.frombuffer(response.audio, "<f4")
     want = offline(text, non_streaming=True)
     assert response.start.text_mode == config_pb2.TEXT_MODE_NON_STREAMING
@@ -94,7 +92,7 @@ def test_streamed_words_give_audio_equal_to_offline_streaming_mode(stack, offlin
         async with TtsClient(stack["grpc_target"]) as client:
             return [r async for r in client.stream(words(), config(), timeout_s=60)]
 
-    responses = run(body())
+    responses = run(body(), RUN_S)
     assert responses[0].HasField("start") and responses[-1].HasField("summary")
     got = pcm_of(responses)
     np.testing.assert_allclose(got, offline(text, non_streaming=False), atol=1e-4)
@@ -115,7 +113,7 @@ def test_slow_text_yields_audio_before_the_text_ends(stack):
                 rest.append(r)
             return first, rest
 
-    first, rest = run(body())
+    first, rest = run(body(), RUN_S)
     assert first.HasField("audio") and len(first.audio.audio) > 0
     assert rest[-1].HasField("summary")
 
@@ -142,7 +140,7 @@ def test_cancel_mid_stream_frees_talker_and_vocoder_state(stack):
             await asyncio.wait_for(call.read(), 30)
             call.cancel()
 
-    run(body())
+    run(body(), RUN_S)
     deadline = time.monotonic() + 60   # polled: a margin for a loaded machine, no cost when it is not
     while True:
         talker = _stats(talker_port, admin_pb2_grpc.TalkerAdminStub)
@@ -162,7 +160,7 @@ def test_bad_input_is_refused_and_reflection_and_health_answer(stack):
                 [r async for r in client.stream(["hi"], make_config("nobody"), timeout_s=10)]
             return info.value
 
-    err = run(bad())
+    err = run(bad(), RUN_S)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.speaker.name" in err.details()
     with grpc.insecure_channel(stack["grpc_target"]) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -222,10 +220,10 @@ def test_max_frames_over_the_context_is_refused_naming_the_field_and_limit(stack
                 [r async for r in client.stream(["Hello."], budget_config(max_frames=max_frames), timeout_s=20)]
             return info.value
 
-    over_model = run(refused(10**9))     # the checkpoint's context (gateway)
+    over_model = run(refused(10**9), RUN_S)     # the checkpoint's context (gateway)
     assert over_model.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "config.sampling.max_frames" in over_model.details() and "32768" in over_model.details()
-    over_talker = run(refused(5000))     # this talker's max_seq_len (2048)
+    over_talker = run(refused(5000), RUN_S)     # this talker's max_seq_len (2048)
     assert over_talker.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "max_frames 5000" in over_talker.details() and "2048" in over_talker.details()
 
@@ -242,7 +240,7 @@ def test_unary_request_over_the_audio_limit_is_refused_before_any_work(stack):
                                         timeout_s=30)
             return info.value
 
-    err = run(body())
+    err = run(body(), RUN_S)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "StreamSynthesize" in err.details() and "config.sampling.max_frames <=" in err.details()
     # before any work: the talker never heard of it (no start, no refusal), which no timing can say
