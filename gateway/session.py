@@ -41,6 +41,17 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def _after_config(msg: tts_pb2.StreamSynthesizeRequest) -> str:
+    """What a client message after the config is: "text", "flush" or "end"; InvalidArgument for a
+    second config or an empty message."""
+    kind = msg.WhichOneof("request")
+    if kind == "config":
+        raise InvalidArgument("config", "repeated config: it must be sent once, first")
+    if kind not in ("text", "flush", "end"):
+        raise InvalidArgument("request", "empty message: set config, text, flush or end")
+    return kind
+
+
 def vocoder_faults(header) -> SampleFaults | None:
     """What the vocoder found in a PCM chunk (a `protos.pcm_split.PcmPart`: it checks every chunk it
     sends, NaN/inf already 0); None for a chunk that came without that check."""
@@ -177,9 +188,7 @@ class Session:
         """Reader task (streaming text mode): client text -> TEXT messages, then END."""
         try:
             async for msg in messages:
-                kind = msg.WhichOneof("request")
-                if kind == "config":
-                    raise InvalidArgument("config", "repeated config: it must be sent once, first")
+                kind = _after_config(msg)
                 if kind == "text":
                     self._note_text(msg.text)
                     await self.send_text(self.text.feed(msg.text))
@@ -187,10 +196,8 @@ class Session:
                     await self.send_text(self.text.flush())
                     self.box.put(Event(FLUSH_ACK, tts_pb2.FlushAck(flush_id=msg.flush.flush_id,
                                                                    num_text_tokens=self.text.num_tokens)))
-                elif kind == "end":
-                    break
                 else:
-                    raise InvalidArgument("request", "empty message: set config, text, flush or end")
+                    break
             if self.first_text_s is None:  # only whitespace (or nothing) arrived
                 raise InvalidArgument("text", "empty text at end of input: nothing to synthesize")
             await self.send_text(self.text.flush())
@@ -207,19 +214,15 @@ class Session:
         parts: list[str] = []
         acks: list[tts_pb2.FlushAck] = []
         async for msg in messages:
-            kind = msg.WhichOneof("request")
-            if kind == "config":
-                raise InvalidArgument("config", "repeated config: it must be sent once, first")
+            kind = _after_config(msg)
             if kind == "text":
                 self._note_text(msg.text)
                 self.text.num_chars += len(msg.text)
                 parts.append(msg.text)
             elif kind == "flush":
                 acks.append(tts_pb2.FlushAck(flush_id=msg.flush.flush_id))
-            elif kind == "end":
-                break
             else:
-                raise InvalidArgument("request", "empty message: set config, text, flush or end")
+                break
         text = "".join(parts)
         if not text.strip():
             raise InvalidArgument("text", "empty text at end of input: nothing to synthesize")
