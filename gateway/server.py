@@ -78,10 +78,8 @@ class GatewayServer:
             self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)
         if config.http_port >= 0:
             from gateway.http.serve import HttpFront  # starlette/uvicorn only when the HTTP face is on
-            # The HTTP face is a client of this gRPC port: same admission, limits, metrics, statuses.
-            grpc_host = "127.0.0.1" if config.grpc_host in ("0.0.0.0", "::", "") else config.grpc_host
-            self.http = HttpFront(config.http_host, config.http_port, f"{grpc_host}:{self.port}",
-                                  config.max_text_chars)
+            # The HTTP face calls this servicer in-process: same admission, limits, metrics, statuses.
+            self.http = HttpFront(config.http_host, config.http_port, self.servicer, config.max_text_chars)
             self.http_port = self.http.bind()   # before gRPC starts, as the metrics port
         await self.server.start()
         self.backend.start()
@@ -109,7 +107,9 @@ class GatewayServer:
         self.servicer.is_draining = True
         await self._set_health(False)
         logger.info("draining: %d live streams, grace %.1f s", self.servicer.num_active, grace_s)
-        await self.server.stop(grace_s)
+        # gRPC calls and the HTTP face's streams (in-process calls) get the same grace, side by side.
+        http_drain = [self.http.drain(grace_s)] if self.http is not None else []
+        await asyncio.gather(self.server.stop(grace_s), *http_drain)
         # Cancelled handlers send their ABORTs from their finally blocks; let them run before
         # the sockets close.
         for _ in range(100):

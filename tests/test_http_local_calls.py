@@ -12,11 +12,11 @@ import asyncio
 import gc
 import itertools
 import logging
-import time
 
 import grpc
 import pytest
 
+from async_support import run, until
 from checkpoint.files import resolve_model_dir
 from gateway.http.errors import RPC_ERRORS, grpc_error
 from gateway.http.local_calls import LocalGateway, LocalRpcError, whole_text_requests
@@ -26,23 +26,14 @@ from test_gateway_support import POLL_TIMEOUT_S, FakeTalker, running_gateway
 pytestmark = pytest.mark.timeout(120)
 
 
-def run(coro, timeout_s: float = 60.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
-
-
 async def spin(times: int = 200) -> None:
     """Let every ready task run, `times` loop iterations over (no wall-clock wait)."""
     for _ in range(times):
         await asyncio.sleep(0)
 
 
-async def wait_until(predicate, what: str, timeout_s: float = POLL_TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not in {timeout_s} s: {what}")
-        await asyncio.sleep(0.01)
-    return value
+async def wait_until(condition, what: str):
+    return await until(condition, what, POLL_TIMEOUT_S)
 
 
 def numbered(i: int) -> tts_pb2.StreamSynthesizeResponse:
@@ -269,7 +260,7 @@ def test_refusals_before_the_start_map_to_their_http_statuses(model_dir, talker,
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and grpc_error(refused.value)[0] == 429
             await held.aclose()
             await wait_until(lambda: gw.servicer.num_active == 0 and not gateway.live, "the streams end")
-    run(body())
+    run(body(), 3 * POLL_TIMEOUT_S)
 
 
 def test_a_cancel_closes_the_servicer_session(model_dir, talker, tmp_path):
@@ -298,5 +289,26 @@ def test_a_cancel_closes_the_servicer_session(model_dir, talker, tmp_path):
             assert abort.message == "client cancelled or deadline passed"   # the servicer saw CancelledError
             await wait_until(lambda: gw.servicer.num_active == 0 and not gateway.live, "the stream ends")
             assert gw.metrics.active_streams._value.get() == 0
-    run(body())
+    run(body(), 3 * POLL_TIMEOUT_S)
 
+
+def test_an_http_client_gone_mid_stream_cancels_the_handler(model_dir, talker, tmp_path):
+    """POST /v1/audio/speech, the first audio bytes read, then the connection closed: Starlette
+    cancels the response's iteration, which must cancel the handler: no task left, count 0."""
+    async def body():
+        async with running_gateway(model_dir, [talker.endpoint], tmp_path, http_port=0,
+                                   http_host="127.0.0.1") as gw:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.http_port)
+            payload = b'{"voice": "vivian", "input": "Hello there, how are you?", "response_format": "pcm"}'
+            writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), POLL_TIMEOUT_S)
+            assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head.lower()
+            assert await asyncio.wait_for(reader.read(1024), POLL_TIMEOUT_S)   # audio began
+            assert gw.servicer.num_active == 1 and len(gw.http.client.live) == 1
+            writer.close()
+            await wait_until(lambda: aborts(talker), "the talker gets an ABORT")
+            await wait_until(lambda: gw.servicer.num_active == 0 and not gw.http.client.live,
+                             "the handler task ends and the active count is 0")
+    run(body(), 3 * POLL_TIMEOUT_S)

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from gateway.http.errors import grpc_error_response
-from gateway.http.grpc_calls import GatewayClient
+from gateway.http.errors import RPC_ERRORS, grpc_error_response
+from gateway.http.local_calls import LocalGateway
 from gateway.http.speech import SpeechEndpoint, list_models
 from gateway.http.voices import delete_voice, list_voices, register_voice
 from gateway.http.ws import StreamSocket
@@ -19,11 +18,11 @@ from gateway.http.ws import StreamSocket
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
-def build_app(client: GatewayClient, max_text_chars: int) -> Starlette:
+def build_app(client: LocalGateway, max_text_chars: int) -> Starlette:
     async def models(request: Request):
         try:
             return await list_models(client)
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             return grpc_error_response(exc)
 
     async def voices(request: Request):
@@ -31,7 +30,7 @@ def build_app(client: GatewayClient, max_text_chars: int) -> Starlette:
             if request.method == "POST":
                 return await register_voice(client, request)
             return await list_voices(client)
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             return grpc_error_response(exc)
 
     async def voice(request: Request):

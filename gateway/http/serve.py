@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import logging
 import socket
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from gateway.http.app import build_app
-from gateway.http.grpc_calls import GatewayClient
+from gateway.http.local_calls import LocalGateway
 from service_common.startup import StartupError
+
+if TYPE_CHECKING:
+    from gateway.servicer import TextToSpeechServicer
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +28,10 @@ class _InLoopServer(uvicorn.Server):
 
 
 class HttpFront:
-    def __init__(self, host: str, port: int, grpc_target: str, max_text_chars: int) -> None:
+    def __init__(self, host: str, port: int, servicer: TextToSpeechServicer, max_text_chars: int) -> None:
+        """`servicer`: the gateway's own, called in-process (local_calls.py)."""
         self.host, self.requested_port = host, port
-        self.client = GatewayClient(grpc_target)
+        self.client = LocalGateway(servicer)
         self.app = build_app(self.client, max_text_chars)
         self.port = 0
         self._socket: socket.socket | None = None
@@ -73,10 +78,15 @@ class HttpFront:
         logger.info("HTTP API on http://%s:%d (OpenAI /v1/audio/speech, WebSocket /v1/audio/speech/stream, page /)",
                     self.host, self.port)
 
+    async def drain(self, grace_s: float) -> None:
+        """Live synthesis streams get up to `grace_s` to finish, then are cancelled (the gRPC server's
+        stop does the same to its calls); new ones are refused by the draining servicer."""
+        await self.client.drain(grace_s)
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._task, 10)
-        await self.client.close()
+        await self.client.drain(0.0)   # a stream begun while uvicorn closed its connections

@@ -1,4 +1,4 @@
-"""`POST /v1/audio/speech`: one synthesis over the gateway's gRPC stream, answered as audio bytes
+"""`POST /v1/audio/speech`: one synthesis over the gateway's StreamSynthesize, answered as audio bytes
 (streamed as they are made) or as server-sent events.
 
 The HTTP status is decided by the stream's first message: everything that can be refused (a bad
@@ -12,13 +12,12 @@ import base64
 import json
 import logging
 
-import grpc
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.http.errors import HttpError, grpc_error, grpc_error_response, http_error_response
-from gateway.http.grpc_calls import GatewayClient, model_type_name, whole_text_requests
+from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error, grpc_error_response, http_error_response
+from gateway.http.local_calls import LocalGateway, model_type_name, whole_text_requests
 from gateway.http.speech_request import SpeechRequest, parse_speech_request
 from protos.tts.v1 import tts_pb2
 
@@ -38,7 +37,7 @@ def _sse(event: dict) -> bytes:
 
 
 class SpeechEndpoint:
-    def __init__(self, client: GatewayClient, max_text_chars: int) -> None:
+    def __init__(self, client: LocalGateway, max_text_chars: int) -> None:
         self.client, self.max_text_chars = client, max_text_chars
 
     async def handle(self, request: Request) -> Response:
@@ -50,13 +49,13 @@ class SpeechEndpoint:
         try:
             speech = parse_speech_request(body, await self.client.model(), self.max_text_chars)
             _, responses = self.client.stream(whole_text_requests(speech.config, speech.text))
-            try:   # the start message, or the refusal as an AioRpcError
+            try:   # the start message, or the refusal as an RPC error
                 start = await responses.__anext__()
             except StopAsyncIteration:
                 raise HttpError(502, "the gateway's stream ended before it started") from None
         except HttpError as exc:
             return http_error_response(exc)
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             if responses is not None:
                 await responses.aclose()
             return grpc_error_response(exc)
@@ -80,7 +79,7 @@ class SpeechEndpoint:
             async for message in self._messages(responses):
                 if message.HasField("audio"):
                     yield message.audio.audio
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             # Headers are gone: the only signal left is a body cut short (no terminating chunk).
             logger.info("HTTP speech stream ended early: %s %s", exc.code().name, exc.details())
             raise
@@ -102,7 +101,7 @@ class SpeechEndpoint:
                                 "usage": {"input_tokens": s.num_text_tokens, "output_tokens": s.num_frames,
                                           "total_tokens": s.num_text_tokens + s.num_frames},
                                 "summary": summary_dict(s)})
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             status, body = grpc_error(exc)
             yield _sse({"type": "error", **body, "status": status})
 
@@ -114,7 +113,7 @@ class SpeechEndpoint:
                     pcm.append(message.audio.audio)
                 elif message.HasField("summary"):
                     summary = message.summary
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             return grpc_error_response(exc)
         audio = speech.output.whole_file(np.frombuffer(b"".join(pcm), "<f4"))
         if summary is not None:
@@ -123,7 +122,7 @@ class SpeechEndpoint:
         return Response(audio, media_type=speech.output.content_type, headers=headers)
 
 
-async def list_models(client: GatewayClient) -> JSONResponse:
+async def list_models(client: LocalGateway) -> JSONResponse:
     model = await client.model()
     return JSONResponse({"object": "list", "data": [
         {"id": model.model, "object": "model", "created": 0, "owned_by": "qwen3-tts-serve",

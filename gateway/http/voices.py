@@ -6,8 +6,8 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.http.errors import HttpError, grpc_error_response, http_error_response
-from gateway.http.grpc_calls import GatewayClient, model_type_name
+from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error_response, http_error_response
+from gateway.http.local_calls import LocalGateway, model_type_name
 from protos.tts.v1 import config_pb2, voices_pb2
 
 # The upload's file name decides how the clip is decoded.
@@ -22,7 +22,7 @@ def _registered(voice: voices_pb2.RegisteredVoice) -> dict:
             "reference_audio_s": round(voice.reference_audio_s, 3)}
 
 
-async def list_voices(client: GatewayClient) -> JSONResponse:
+async def list_voices(client: LocalGateway) -> JSONResponse:
     listing = await client.voices()
     model = next(m for m in listing.models if m.is_default)
     voices = [{"id": s.name, "kind": "speaker", "name": s.name, "dialect": s.dialect} for s in model.speakers]
@@ -31,7 +31,7 @@ async def list_voices(client: GatewayClient) -> JSONResponse:
                          "languages": list(model.languages), "supports_instructions": model.supports_instruct})
 
 
-async def register_voice(client: GatewayClient, request: Request) -> JSONResponse:
+async def register_voice(client: LocalGateway, request: Request) -> JSONResponse:
     """multipart/form-data: file (the clip), voice_id, reference_text (optional: none = x-vector
     only), display_name, overwrite."""
     try:
@@ -49,20 +49,20 @@ async def register_voice(client: GatewayClient, request: Request) -> JSONRespons
         clone = config_pb2.CloneVoice(
             reference_audio=config_pb2.ReferenceAudio(data=await upload.read(), encoding=_CLIP_ENCODINGS[extension]),
             reference_text=reference_text, x_vector_only=not reference_text.strip())
-        reply = await client.stub.RegisterVoice(voices_pb2.RegisterVoiceRequest(
+        reply = await client.register_voice(voices_pb2.RegisterVoiceRequest(
             voice_id=str(form.get("voice_id") or ""), clone=clone, display_name=str(form.get("display_name") or ""),
             overwrite=str(form.get("overwrite") or "").lower() in ("1", "true", "yes", "on")))
     except HttpError as exc:
         return http_error_response(exc)
-    except grpc.aio.AioRpcError as exc:
+    except RPC_ERRORS as exc:
         return grpc_error_response(exc)
     return JSONResponse(_registered(reply.voice), status_code=201)
 
 
-async def delete_voice(client: GatewayClient, voice_id: str) -> JSONResponse:
+async def delete_voice(client: LocalGateway, voice_id: str) -> JSONResponse:
     try:
-        reply = await client.stub.DeleteVoice(voices_pb2.DeleteVoiceRequest(voice_id=voice_id))
-    except grpc.aio.AioRpcError as exc:
+        reply = await client.delete_voice(voices_pb2.DeleteVoiceRequest(voice_id=voice_id))
+    except RPC_ERRORS as exc:
         if exc.code() == grpc.StatusCode.NOT_FOUND:   # a path that names nothing is a 404, not a 400
             return JSONResponse({"error": {"message": exc.details(), "type": "invalid_request_error",
                                            "param": "voice_id", "code": "not_found"}}, status_code=404)

@@ -17,12 +17,11 @@ import asyncio
 import json
 import logging
 
-import grpc
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.http.errors import HttpError, grpc_error, http_error
+from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error, http_error
 from gateway.http.formats import FORMATS
-from gateway.http.grpc_calls import GatewayClient
+from gateway.http.local_calls import LocalGateway
 from gateway.http.speech import summary_dict
 from gateway.http.speech_request import SPEECH_FIELDS, parse_config
 from protos.tts.v1 import config_pb2, tts_pb2
@@ -58,7 +57,7 @@ async def _next_message(websocket: WebSocket) -> dict:
 
 
 class StreamSocket:
-    def __init__(self, client: GatewayClient, max_message_chars: int) -> None:
+    def __init__(self, client: LocalGateway, max_message_chars: int) -> None:
         self.client, self.max_message_chars = client, max_message_chars
 
     async def handle(self, websocket: WebSocket) -> None:
@@ -84,7 +83,7 @@ class StreamSocket:
             reader = asyncio.get_running_loop().create_task(self._read_client(websocket, requests, call, refused))
             try:
                 await self._send_audio(websocket, responses)
-            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            except (*RPC_ERRORS, asyncio.CancelledError):
                 if refused:    # the reader cancelled the call: report why
                     raise refused[0] from None
                 raise
@@ -95,14 +94,14 @@ class StreamSocket:
             logger.info("WebSocket client went away")
         except HttpError as exc:
             await _fail(websocket, *http_error(exc))
-        except grpc.aio.AioRpcError as exc:
+        except RPC_ERRORS as exc:
             await _fail(websocket, *grpc_error(exc))
         finally:
             if responses is not None:
                 await responses.aclose()   # cancels the call unless it has ended
 
     async def _read_client(self, websocket: WebSocket, requests: asyncio.Queue, call, refused: list) -> None:
-        """Client text -> gRPC messages until end; a bad message cancels the call, noting why."""
+        """Client text -> StreamSynthesize requests until end; a bad message cancels the call, noting why."""
         try:
             while True:
                 message = await _next_message(websocket)
@@ -123,7 +122,7 @@ class StreamSocket:
                 else:
                     raise HttpError(400, f"type: {kind!r}: expected text, flush or end after the config", "type")
         except _ClientGone:
-            await requests.put(None)   # the gRPC call then ends; the sender sees it cancelled
+            await requests.put(None)   # the requests end: the servicer takes that as end of input
         except HttpError as exc:
             refused.append(exc)
             call.cancel()
