@@ -5,11 +5,14 @@ streams through StreamSynthesize (gRPC, whole text) and through POST /v1/audio/s
 response_format pcm, chunked), alternating the two transports for --rounds rounds so drift hits
 both alike. The load comes from --client-procs processes, so a Python client's own cost per chunk
 (higher over HTTP) is not what is measured. Every stream is fixed length (min_frames = max_frames), 24 kHz PCM16, fixed seeds.
-TTFA is the time from sending the request to the first audio bytes, at the client. Writes JSON
-(GPU name, commit, config) and prints a table.
+TTFA is the time from sending the request to the first audio bytes, at the client. Each level also
+records the gateway process's CPU seconds (/proc: all its threads) and the audio messages gRPC
+received. Writes JSON (GPU name, commit, config) and prints a table. `--stack-dir` runs another
+tree's services (an A/B base) under this load generator.
 
     python benchmarks/bench_http_vs_grpc.py --smoke                         # CPU, tiny, seconds
     python benchmarks/bench_http_vs_grpc.py --model <1.7B dir> --device cuda --concurrency 1,64
+    python benchmarks/bench_http_vs_grpc.py --stack-dir /tmp/base ...      # the base tree's services
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.commit import git_commit  # noqa: E402
 from benchmarks.device_name import stack_gpu_name  # noqa: E402
+from benchmarks.proc_cpu import cpu_seconds  # noqa: E402
 from benchmarks.stack_launch import launch_stack  # noqa: E402
 from client import TtsClient, make_config  # noqa: E402
 from protos.tts.v1 import config_pb2  # noqa: E402
@@ -41,12 +45,14 @@ async def grpc_stream(client: TtsClient, seed: int, frames: int, voice: str) -> 
     config = make_config(voice, language="english", seed=seed, max_frames=frames, min_frames=frames,
                          text_mode=config_pb2.TEXT_MODE_NON_STREAMING)
     t0 = time.perf_counter()
-    first_s, num_bytes = None, 0
+    first_s, num_bytes, num_chunks = None, 0, 0
     async for response in client.stream([TEXT], config):
         if response.HasField("audio"):
             first_s = first_s if first_s is not None else time.perf_counter() - t0
             num_bytes += len(response.audio.audio)
-    return {"ttfa_ms": first_s * 1e3, "wall_s": time.perf_counter() - t0, "audio_s": num_bytes / BYTES_PER_AUDIO_S}
+            num_chunks += 1
+    return {"ttfa_ms": first_s * 1e3, "wall_s": time.perf_counter() - t0, "audio_s": num_bytes / BYTES_PER_AUDIO_S,
+            "chunks": num_chunks}
 
 
 async def http_stream(http, url: str, seed: int, frames: int, voice: str) -> dict:
@@ -88,18 +94,23 @@ def _client_process(job: tuple) -> dict:
     return {"rows": rows, "started_s": started_s, "ended_s": time.time()}
 
 
-def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str) -> dict:
+def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str,
+              gateway_pid: int | None = None) -> dict:
     """One level from --client-procs processes (a Python client is slower per chunk over HTTP than
-    over gRPC; several processes keep the client from being what is measured)."""
+    over gRPC; several processes keep the client from being what is measured). `gateway_pid`: its
+    CPU seconds over the level are recorded (None where /proc cannot be read)."""
     import multiprocessing
     procs = max(1, min(args.client_procs, concurrency))
     jobs = [(transport, len(range(p, concurrency, procs)), list(range(p, num_streams, procs)), args, grpc_target,
              http_url) for p in range(procs)]
+    cpu_before_s = cpu_seconds(gateway_pid) if gateway_pid else None
     if procs == 1:
         parts = [_client_process(jobs[0])]
     else:
         with multiprocessing.get_context("spawn").Pool(procs) as pool:
             parts = pool.map(_client_process, jobs)
+    cpu_after_s = cpu_seconds(gateway_pid) if gateway_pid else None
+    gateway_cpu_s = cpu_after_s - cpu_before_s if cpu_before_s is not None and cpu_after_s is not None else None
     rows = [row for part in parts for row in part["rows"]]
     wall_s = max(p["ended_s"] for p in parts) - min(p["started_s"] for p in parts)
     ttfa = np.array([r["ttfa_ms"] for r in rows])
@@ -107,14 +118,29 @@ def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_tar
             "ttfa_p50_ms": float(np.percentile(ttfa, 50)), "ttfa_p95_ms": float(np.percentile(ttfa, 95)),
             "audio_s_per_s": sum(r["audio_s"] for r in rows) / wall_s,
             "audio_s_per_stream": sorted({round(r["audio_s"], 4) for r in rows}),
-            "rtf_p50": float(np.median([r["wall_s"] / r["audio_s"] for r in rows])), "wall_s": wall_s}
+            "rtf_p50": float(np.median([r["wall_s"] / r["audio_s"] for r in rows])), "wall_s": wall_s,
+            # audio messages received (gRPC only: HTTP's chunks are not visible through the client)
+            "chunks": sum(r["chunks"] for r in rows) if transport == "grpc" else None,
+            # the gateway process over the level (from spawning the clients to their end; ticks of 10 ms)
+            "gateway_cpu_s": gateway_cpu_s,
+            "gateway_cpu_ms_per_audio_s": (1e3 * gateway_cpu_s / sum(r["audio_s"] for r in rows)
+                                           if gateway_cpu_s is not None else None)}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
 
 
 def start_stack(args, work: Path) -> tuple[subprocess.Popen, dict]:
     launcher_args = ["--model", args.model, "--device", args.device, "--grpc-port", "0", "--http-port", "0",
                      "--metrics-port", "-1", f"--gateway-arg=--max-streams={max(args.concurrency) * 2}"]
     launcher_args += [f"--talker-arg={a}" for a in args.talker_arg] + [f"--vocoder-arg={a}" for a in args.vocoder_arg]
-    return launch_stack(launcher_args, work)
+    return launch_stack(launcher_args, work, Path(args.stack_dir).resolve() if args.stack_dir else ROOT)
 
 
 def main() -> int:
@@ -129,6 +155,7 @@ def main() -> int:
     p.add_argument("--client-procs", type=int, default=4, help="client processes per level (at most its concurrency)")
     p.add_argument("--talker-arg", action="append", default=[])
     p.add_argument("--vocoder-arg", action="append", default=[])
+    p.add_argument("--stack-dir", default="", help="run the services from this tree (an A/B base); default: this one")
     p.add_argument("--out", default="bench_http_vs_grpc.json")
     p.add_argument("--smoke", action="store_true", help="tiny model on CPU, a few short streams")
     args = p.parse_args()
@@ -138,6 +165,7 @@ def main() -> int:
         args.vocoder_arg += ["--cpu-threads=1"]
     work = Path(tempfile.mkdtemp(prefix="bench-http-"))
     proc, ready = start_stack(args, work)
+    gateway_pid = (ready.get("pids") or {}).get("gateway")
     rows = []
     try:
         # warm-up: graphs, caches and the first-request paths of both transports
@@ -147,12 +175,13 @@ def main() -> int:
             num_streams = args.streams_per_level or max(8, 2 * concurrency)
             for round_index in range(args.rounds):
                 for transport in ("grpc", "http"):
-                    row = run_level(transport, concurrency, num_streams, args, ready["grpc_target"], ready["http_url"])
+                    row = run_level(transport, concurrency, num_streams, args, ready["grpc_target"], ready["http_url"],
+                                    gateway_pid)
                     row["round"] = round_index
                     rows.append(row)
                     print(f"{transport:4s} c={concurrency:<4d} round {round_index}: TTFA p50 {row['ttfa_p50_ms']:.1f} "
                           f"p95 {row['ttfa_p95_ms']:.1f} ms, {row['audio_s_per_s']:.1f} audio-s/s, "
-                          f"RTF p50 {row['rtf_p50']:.3f}", flush=True)
+                          f"RTF p50 {row['rtf_p50']:.3f}, gateway CPU {_fmt(row['gateway_cpu_s'], '.2f')} s", flush=True)
                     Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
     finally:
         proc.send_signal(2)
@@ -160,17 +189,21 @@ def main() -> int:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    result = {"gpu": stack_gpu_name(args.device), "commit": git_commit(), "model": args.model, "device": args.device,
+    stack_dir = Path(args.stack_dir).resolve() if args.stack_dir else ROOT
+    result = {"gpu": stack_gpu_name(args.device), "commit": git_commit(), "stack_dir": args.stack_dir,
+              "stack_commit": git_commit(stack_dir), "model": args.model, "device": args.device,
               "frames": args.frames, "client_procs": args.client_procs, "voice": args.voice, "concurrency": args.concurrency, "rounds": args.rounds,
               "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print("\n| transport | streams | TTFA p50 / p95 ms (median of rounds) | audio-s/s |\n|---|---|---|---|")
+    print("\n| transport | streams | TTFA p50 / p95 ms (median of rounds) | audio-s/s | gateway CPU ms / audio-s |"
+          "\n|---|---|---|---|---|")
     for concurrency in args.concurrency:
         for transport in ("grpc", "http"):
             mine = [r for r in rows if r["transport"] == transport and r["concurrency"] == concurrency]
             print(f"| {transport} | {concurrency} | {np.median([r['ttfa_p50_ms'] for r in mine]):.1f} / "
                   f"{np.median([r['ttfa_p95_ms'] for r in mine]):.1f} | "
-                  f"{np.median([r['audio_s_per_s'] for r in mine]):.1f} |")
+                  f"{np.median([r['audio_s_per_s'] for r in mine]):.1f} | "
+                  f"{_fmt(_median([r['gateway_cpu_ms_per_audio_s'] for r in mine]), '.1f')} |")
     return 0
 
 

@@ -25,4 +25,6 @@ def test_smoke_run_covers_both_transports(tmp_path):
     for row in result["rows"]:
         assert row["client_procs"] == min(2, row["concurrency"]) and row["streams"] == 2 and 0 < row["ttfa_p50_ms"] <= row["ttfa_p95_ms"] and row["audio_s_per_s"] > 0
         assert row["audio_s_per_stream"] == [round(6 * 1920 / 24000, 4)]   # every stream its 6 frames
+        assert row["gateway_cpu_s"] is not None and row["gateway_cpu_s"] >= 0   # the gateway's pid from the ready file
+        assert (row["chunks"] > 0) if row["transport"] == "grpc" else row["chunks"] is None
     assert "| http | 2 |" in done.stdout
