@@ -69,7 +69,9 @@ def _summary(role: str, stats) -> dict:
             out["deadlines"] = {"num_due_rows": d.num_due_rows, "num_deferred_rows": d.num_deferred_rows,
                                 "num_late_chunks": d.num_late_chunks, "max_lateness_ms": round(d.max_lateness_ms, 3),
                                 "step_estimate_ms": round(d.step_estimate_ms, 3),
-                                "budget_row_frames": round(d.budget_row_frames, 1)}
+                                "budget_row_frames": round(d.budget_row_frames, 1),
+                                "num_late_talker": d.num_late_talker, "num_late_queued": d.num_late_queued,
+                                "num_late_decode": d.num_late_decode, "filled_row_frames": d.filled_row_frames}
     return out
 
 
@@ -152,7 +154,10 @@ def one_line(found: dict) -> str:
         deadlines = s.get("deadlines")
         if deadlines:
             line += (f", due rows {deadlines['num_due_rows']}, deferred {deadlines['num_deferred_rows']}, late chunks "
-                     f"{deadlines['num_late_chunks']} (max {deadlines['max_lateness_ms']:.1f} ms), budget "
+                     f"{deadlines['num_late_chunks']} (max {deadlines['max_lateness_ms']:.1f} ms; talker "
+                     f"{deadlines.get('num_late_talker', 0)}, queued {deadlines.get('num_late_queued', 0)}, decode "
+                     f"{deadlines.get('num_late_decode', 0)}), filled {deadlines.get('filled_row_frames', 0)} "
+                     f"row-frames, budget "
                      f"{deadlines['budget_row_frames']:.0f} row-frames")
         parts.append(line)
         voices = s.get("voices")

@@ -70,15 +70,17 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             raise InvalidArgument(field, f"message of {msg.ByteSize()} bytes is over the limit of "
                                   f"{self.config.max_message_bytes} bytes")
 
-    def _session(self, resolved, context, encoder=None) -> Session:
+    def _session(self, resolved, context, entered_s: float, encoder=None) -> Session:
         talker = self.backend.pick_talker()
         if talker is None:
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "no healthy talker with a vocoder is reachable")
         remaining_s = context.time_remaining()
         deadline_unix_ms = int((time.time() + remaining_s) * 1e3) if remaining_s is not None else 0
-        return Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
-                       new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
-                       self.metrics.count_audio_faults)
+        session = Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
+                          new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
+                          self.metrics.count_audio_faults)
+        session.entered_s = entered_s
+        return session
 
     async def _fail(self, context, exc: RequestError, request_id: str = "-") -> None:
         self.metrics.errors.labels(exc.code.name).inc()
@@ -119,6 +121,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     # ---- StreamSynthesize ----------------------------------------------------------------
     async def StreamSynthesize(self, request_iterator, context) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:
+        entered_s = time.monotonic()
         async with self._request("StreamSynthesize", context) as scope:
             messages = request_iterator.__aiter__()
             try:
@@ -130,7 +133,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 raise InvalidArgument("config", f"the first message must be a config, got "
                                       f"{first.WhichOneof('request') or 'an empty message'}")
             resolved = await asyncio.to_thread(self.resolver.resolve, first.config, False)
-            session = scope.session = self._session(resolved, context)
+            session = scope.session = self._session(resolved, context, entered_s)
             checked = self._sized(messages)
             logger.info("request %s: stream on talker %s (%s, %s)", session.request_id, session.talker.peer_id,
                         resolved.voice_field, config_pb2.TextMode.Name(resolved.text_mode))
@@ -157,6 +160,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     # ---- Synthesize ----------------------------------------------------------------------
     async def Synthesize(self, request: tts_pb2.SynthesizeRequest, context) -> tts_pb2.SynthesizeResponse:
+        entered_s = time.monotonic()
         async with self._request("Synthesize", context) as scope:
             if not request.HasField("config"):
                 raise InvalidArgument("config", "required")
@@ -172,7 +176,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             is_file = resolved.encoding in (config_pb2.AUDIO_ENCODING_WAV, config_pb2.AUDIO_ENCODING_OGG_OPUS)
             encoder = (StreamEncoder(config_pb2.AUDIO_ENCODING_FLOAT32, NATIVE_SAMPLE_RATE_HZ,
                                      resolved.sample_rate_hz, resolved.speed) if is_file else None)
-            session = scope.session = self._session(resolved, context, encoder)
+            session = scope.session = self._session(resolved, context, entered_s, encoder)
             session.first_text_s = time.monotonic()
             await session.encode_clone()
             session.text.num_tokens = len(ids)

@@ -79,6 +79,7 @@ class Session:
         self.on_audio_faults = on_audio_faults
         self.num_text_messages = 0
         self.first_text_s: float | None = None
+        self.entered_s: float | None = None   # the call's arrival at the gateway (the servicer sets it)
         self.first_audio_s: float | None = None
         self.num_chunks = 0
         self.num_samples_out = 0
@@ -269,7 +270,8 @@ class Session:
             finish_reason=gen.finish_reason or tts_pb2.FINISH_REASON_END_OF_SPEECH,
             timings=tts_pb2.ServerTimings(queue_ms=gen.queue_ms, prefill_ms=gen.prefill_ms,
                                           first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms,
-                                          voice_encode_ms=self.voice_encode_ms),
+                                          voice_encode_ms=self.voice_encode_ms,
+                                          admit_ms=max(0.0, ttfa_start_s - (self.entered_s or ttfa_start_s)) * 1e3),
             num_stalls=self.playback.num_stalls, longest_stall_ms=self.playback.longest_stall_s * 1e3)
 
     async def responses(self) -> AsyncIterator[tts_pb2.StreamSynthesizeResponse]:

@@ -63,7 +63,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert single[mode]["ttfa_ms_p50"] > 0
         assert set(single[mode]["stages_p50_ms"]) == {"queue_ms", "prefill_ms", "first_frame_ms",
                                                       "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms",
-                                                      "voice_encode_ms"}
+                                                      "voice_encode_ms", "admit_ms"}
     for row in result["levels"]:
         # each service's CPU while the level ran, and the client's parts: the staggered run spreads
         # the streams of a level over two processes (one per closed-loop worker or arrival)
@@ -83,7 +83,10 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         # the playback-deadline scheduling's counters, this level's only (every stream starts with a first
         # chunk, which is never a due row; its later chunks may be)
         assert set(vocoder["deadlines"]) == {"num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms",
-                                             "step_estimate_ms", "budget_row_frames"}
+                                             "step_estimate_ms", "budget_row_frames", "num_late_talker",
+                                             "num_late_queued", "num_late_decode", "filled_row_frames"}
+        causes = vocoder["deadlines"]
+        assert causes["num_late_talker"] + causes["num_late_queued"] + causes["num_late_decode"] == causes["num_late_chunks"]
         assert vocoder["deadlines"]["step_estimate_ms"] > 0
         assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
         # host time per loop iteration that stepped: as many as the steps (+ prefill-only iterations)
@@ -106,7 +109,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert talker["prefill_hit_rate"] == 0.0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
-                                       "vocoder_decode_ms", "encode_ms", "voice_encode_ms"]
+                                       "vocoder_decode_ms", "encode_ms", "voice_encode_ms", "admit_ms"]
         for name, stage in row["stages"].items():
             assert 0 <= stage["p50_ms"] <= stage["p95_ms"], name
             assert all(r["timings"][name] >= 0 for r in row["raw"])

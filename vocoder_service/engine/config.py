@@ -12,6 +12,9 @@ class VocoderEngineConfig:
     max_slots: int = 64
     chunk: ChunkPolicy = field(default_factory=ChunkPolicy)
     deadline: DeadlinePolicy = field(default_factory=DeadlinePolicy)   # which rows a step decodes
+    # Fill the rows and frames a step's captured graphs pad with audio of streams that have frames
+    # waiting (batch_fill.py: no device time, audio sooner); False: only the planned rows.
+    fill_padding: bool = True
     # Fixed cost of one decode launch, in row-frames, for the batch-merging cost model.
     launch_cost_row_frames: float = 64.0
     # A request (not ended) fails with UNAVAILABLE once its talker sent nothing at all (frames or

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from service_common.audio_samples import NO_FAULTS, FaultLog, SampleFaults, repaired
+from vocoder_service.engine.batch_fill import fill_batches, spare_streams
 from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
 from vocoder_service.engine.codes import NUM_CODE_GROUPS, validate_codes
@@ -54,6 +55,18 @@ def launch_decode(runner, codes: np.ndarray, slots: np.ndarray, lengths: np.ndar
 __all__ = ["NUM_CODE_GROUPS", "ChunkTiming", "EngineError", "ErrorOut", "PcmOut", "VocoderEngine"]
 
 logger = logging.getLogger(__name__)
+LOG_LATE_S = 0.05   # a chunk this late (an audible gap) is logged with where its time went
+
+
+def late_cause(timing: ChunkTiming, deadline_s: float) -> str:
+    """Where a late chunk's time went: "talker" (its first frame came after the deadline), "queued"
+    (its frames were there; its decode started after the deadline), "decode" (it started in time
+    and ended too late)."""
+    if timing.oldest_frame_s >= deadline_s:
+        return "talker"
+    if timing.decode_start_s >= deadline_s:
+        return "queued"
+    return "decode"
 
 
 class VocoderEngine:
@@ -89,7 +102,8 @@ class VocoderEngine:
 
     def reset_deadline_stats(self) -> None:
         """Counters of the deadline scheduling (GetStats' window: reset with the other windows)."""
-        self.deadline_stats.update(due_rows=0, deferred_rows=0, late_chunks=0, max_lateness_ms=0.0)
+        self.deadline_stats.update(due_rows=0, deferred_rows=0, late_chunks=0, max_lateness_ms=0.0,
+                                   late_talker=0, late_queued=0, late_decode=0, filled_row_frames=0)
 
     # ---- request lifecycle -------------------------------------------------------------------
     def open(self, request_id: str, reply_to: str | None = None, talker_id: str | None = None) -> None:
@@ -225,6 +239,11 @@ class VocoderEngine:
         rows = [r for r in rows if r.num_frames > 0]
         batches = plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames,
                                self._covering_shape, self._split_cache)
+        if batches and self.config.fill_padding:   # audio into the rows and frames the graphs pad anyway
+            spare = spare_streams(list(self.streams.values()), {r.request_id for r in rows}, step_start_s,
+                                  self.config.chunk.chunk_frames(0, len(self.streams)))
+            self.deadline_stats["filled_row_frames"] += fill_batches(batches, self.streams, spare, self.batch_sizes,
+                                                                     self._covering_shape)
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
@@ -310,15 +329,31 @@ class VocoderEngine:
         stream.pcm_seq += 1
         stream.num_chunks_emitted += 1
         stream.num_samples_emitted += len(pcm)
+        deadline_s = stream.playback.deadline_s
         lateness_s = stream.playback.on_chunk(self.clock(), len(pcm) / self.config.sample_rate_hz) if len(pcm) else 0.0
         if lateness_s > 0:   # as the vocoder sees it (the gateway measures what the listener gets)
-            self.deadline_stats["late_chunks"] += 1
-            self.deadline_stats["max_lateness_ms"] = max(self.deadline_stats["max_lateness_ms"], lateness_s * 1e3)
+            self._late(stream, lateness_s, deadline_s, num_frames, timing)
         self.stats["chunks_emitted"] += 1
         if is_final:
             self._release(stream)
             self.stats["completed"] += 1
         return chunk
+
+    def _late(self, stream: StreamState, lateness_s: float, deadline_s: float, num_frames: int,
+              timing: ChunkTiming | None) -> None:
+        """Count a chunk that left after its listener's deadline, by where its time went."""
+        stats = self.deadline_stats
+        stats["late_chunks"] += 1
+        stats["max_lateness_ms"] = max(stats["max_lateness_ms"], lateness_s * 1e3)
+        if timing is None:
+            return
+        cause = late_cause(timing, deadline_s)
+        stats[f"late_{cause}"] += 1
+        if lateness_s >= LOG_LATE_S:
+            logger.info("request %s: chunk of %d frames %.0f ms late (%s: first frame %+.0f ms, decode start %+.0f ms "
+                        "from the deadline, decode %.0f ms in a batch of %d)", stream.request_id, num_frames,
+                        lateness_s * 1e3, cause, (timing.oldest_frame_s - deadline_s) * 1e3,
+                        (timing.decode_start_s - deadline_s) * 1e3, timing.decode_ms, timing.batch_size)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _fail(self, stream: StreamState, code: str, message: str) -> ErrorOut:

@@ -53,6 +53,8 @@ def deadline_stats(engine: VocoderEngine) -> admin_pb2.DeadlineStats:
         num_due_rows=counts["due_rows"], num_deferred_rows=counts["deferred_rows"],
         num_late_chunks=counts["late_chunks"], max_lateness_ms=counts["max_lateness_ms"],
         step_estimate_ms=scheduler.step_s * 1e3, budget_row_frames=0.0 if budget == float("inf") else budget,
+        num_late_talker=counts["late_talker"], num_late_queued=counts["late_queued"],
+        num_late_decode=counts["late_decode"], filled_row_frames=counts["filled_row_frames"],
     )
 
 

@@ -246,20 +246,28 @@ class VocoderStats(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_chunk_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., chunk_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., chunk_frames_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_decoded: _Optional[int] = ..., audio_s_emitted: _Optional[float] = ..., talkers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., num_nonfinite_chunks: _Optional[int] = ..., num_nonfinite_samples: _Optional[int] = ..., num_clipped_chunks: _Optional[int] = ..., num_clipped_samples: _Optional[int] = ..., deadlines: _Optional[_Union[DeadlineStats, _Mapping]] = ...) -> None: ...
 
 class DeadlineStats(_message.Message):
-    __slots__ = ("num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms", "step_estimate_ms", "budget_row_frames")
+    __slots__ = ("num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms", "step_estimate_ms", "budget_row_frames", "num_late_talker", "num_late_queued", "num_late_decode", "filled_row_frames")
     NUM_DUE_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_DEFERRED_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_LATE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     MAX_LATENESS_MS_FIELD_NUMBER: _ClassVar[int]
     STEP_ESTIMATE_MS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_ROW_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    NUM_LATE_TALKER_FIELD_NUMBER: _ClassVar[int]
+    NUM_LATE_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    NUM_LATE_DECODE_FIELD_NUMBER: _ClassVar[int]
+    FILLED_ROW_FRAMES_FIELD_NUMBER: _ClassVar[int]
     num_due_rows: int
     num_deferred_rows: int
     num_late_chunks: int
     max_lateness_ms: float
     step_estimate_ms: float
     budget_row_frames: float
-    def __init__(self, num_due_rows: _Optional[int] = ..., num_deferred_rows: _Optional[int] = ..., num_late_chunks: _Optional[int] = ..., max_lateness_ms: _Optional[float] = ..., step_estimate_ms: _Optional[float] = ..., budget_row_frames: _Optional[float] = ...) -> None: ...
+    num_late_talker: int
+    num_late_queued: int
+    num_late_decode: int
+    filled_row_frames: int
+    def __init__(self, num_due_rows: _Optional[int] = ..., num_deferred_rows: _Optional[int] = ..., num_late_chunks: _Optional[int] = ..., max_lateness_ms: _Optional[float] = ..., step_estimate_ms: _Optional[float] = ..., budget_row_frames: _Optional[float] = ..., num_late_talker: _Optional[int] = ..., num_late_queued: _Optional[int] = ..., num_late_decode: _Optional[int] = ..., filled_row_frames: _Optional[int] = ...) -> None: ...
 
 class GenerateCodesRequest(_message.Message):
     __slots__ = ("text", "config")

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The vocoder's real scheduling engine under a simulated talker that shares one GPU with it.
+
+No device: a fake clock. The vocoder is `VocoderEngine` itself (deadlines.py plans every step); its
+decoder is a cost model (a launch cost plus a cost per padded row-frame of the (batch, frames) graph
+it would replay). The talker is a model of the real one: decode steps of `a + b x batch` ms that
+give every running stream one frame, prefills of up to 32 arrivals between decode steps (their
+first frame comes with the prefill). The two share the GPU by time-slicing: while both have work,
+each runs at half speed (the talker always has work at these loads, so a vocoder step of W ms of
+GPU work takes 2 W ms of wall time and delays the talker by W).
+
+Clients are a closed loop (each of `concurrency` workers starts a new stream when its last ended,
+the first wave spread over `--stagger-s`) or a burst. Reports, per policy: audio-s/s over the level,
+streams with a stall over 50 / 100 ms (a player that starts at the first chunk), TTFA p50 / p95
+from arrival at the talker, the mean stream lifetime and the talker's mean batch. The defaults
+reproduce the H200's 1.7B figures at 256 streams to within ~10% (talker 12.7 ms a step at batch
+256, vocoder ~25 us a padded row-frame plus 1.5 ms a launch; benchmarks/results/
+2026-11-28-gapless-h200.md); use it to compare policies, not to quote speeds.
+
+  python benchmarks/sim_gapless.py --concurrency 256 --streams 1024
+  python benchmarks/sim_gapless.py --policy target_step_ms=0     # the old all-ready-rows steps
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service_common.playback import PlaybackClock, stall_report  # noqa: E402
+from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
+from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
+from vocoder_service.engine.deadlines import DeadlinePolicy  # noqa: E402
+from vocoder_service.engine.engine import VocoderEngine  # noqa: E402
+
+FRAME_S = 0.08
+SPF = 4
+SAMPLE_RATE_HZ = int(SPF / FRAME_S)
+
+
+@dataclasses.dataclass
+class Costs:
+    talker_step_base_ms: float = 5.0
+    talker_step_per_row_ms: float = 0.03
+    prefill_ms: float = 12.0           # one prefill forward of up to prefill_group arrivals
+    prefill_group: int = 32
+    # a (B, T) graph replay: T x (vocoder_frame_ms + B x vocoder_row_frame_us) + a launch; fitted to the
+    # vocoder service alone on an H200 (2026-11-26-vocoder-time-major-h200.md: 64 x 25 in ~41.5 ms,
+    # 128 x 25 in ~79 ms, 1 x 25 in ~3.7 ms): the per-frame part is what a small batch wastes
+    vocoder_launch_ms: float = 0.3
+    vocoder_frame_ms: float = 0.16
+    vocoder_row_frame_us: float = 23.4
+    delivery_ms: float = 3.0           # vocoder -> gateway -> client
+
+
+class SharedGpuRunner:
+    """Decodes nothing; each call advances the fake clock by its padded cost, doubled while the
+    talker also has work (time-slicing), and books the GPU time it took from the talker."""
+    codebook_size = 2048
+
+    def __init__(self, clock: list[float], costs: Costs, max_batch: int) -> None:
+        self.clock, self.costs, self.max_batch = clock, costs, max_batch
+        self.gpu_s = 0.0           # GPU work of the current step (the talker loses this much)
+        self.talker_busy = True
+
+    def reset(self, slots) -> None:
+        pass
+
+    def decode(self, codes, slots, lengths):
+        bs, _, t = codes.shape
+        padded = 1
+        while padded < bs:
+            padded *= 2
+        c = self.costs
+        work_s = (c.vocoder_launch_ms + t * (c.vocoder_frame_ms + min(padded, self.max_batch) * c.vocoder_row_frame_us / 1e3)) / 1e3
+        self.gpu_s += work_s
+        self.clock[0] += 2 * work_s if self.talker_busy else work_s
+        return np.zeros((bs, t * SPF), np.float32)
+
+
+def simulate(concurrency: int, num_streams: int, num_frames: int, policy: DeadlinePolicy, costs: Costs,
+             stagger_s: float, max_slots: int = 256, fill_padding: bool = True) -> dict:
+    clock = [0.0]
+    runner = SharedGpuRunner(clock, costs, max_slots)
+    config = VocoderEngineConfig(max_slots=max_slots, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
+                                 chunk=ChunkPolicy(2, 25), deadline=policy, fill_padding=fill_padding,
+                                 launch_cost_row_frames=64.0)
+    engine = VocoderEngine(runner, config, clock=lambda: clock[0])
+    arrivals: list[tuple[float, int]] = [(stagger_s * k / concurrency, k) for k in range(concurrency)]
+    heapq.heapify(arrivals)
+    next_id = [0]
+    waiting: list[tuple[str, float]] = []          # (request id, arrival) not yet prefilled
+    talking: dict[str, int] = {}                   # request id -> frames sent
+    arrived_s: dict[str, float] = {}
+    listeners: dict[str, PlaybackClock] = {}
+    first_s: dict[str, float] = {}
+    done_s: dict[str, float] = {}
+    talker_done_s: dict[str, float] = {}     # the talker's last frame of a stream
+    deliveries: list[tuple[float, str, float, bool]] = []   # (at, rid, audio s, final)
+    talker_free_s = 0.0            # the talker's current work item ends here
+    talker_item: tuple | None = None
+    batches: list[int] = []
+    codes = np.ones((1, 16), np.int64)
+    last_was_prefill = False
+
+    def start_worker_stream(at_s: float) -> None:
+        if next_id[0] >= num_streams:
+            return
+        rid = f"s{next_id[0]}"
+        next_id[0] += 1
+        waiting.append((rid, at_s))
+        arrived_s[rid] = at_s
+
+    while len(done_s) < num_streams:
+        now = clock[0]
+        # clients: arrivals and deliveries due by now
+        while arrivals and arrivals[0][0] <= now:
+            at, _ = heapq.heappop(arrivals)
+            start_worker_stream(at)
+        deliveries.sort()
+        while deliveries and deliveries[0][0] <= now:
+            at, rid, audio_s, final = deliveries.pop(0)
+            if audio_s:
+                first_s.setdefault(rid, at)
+                listeners.setdefault(rid, PlaybackClock()).on_chunk(at, audio_s)
+            if final:
+                done_s[rid] = at
+                heapq.heappush(arrivals, (at, 0))    # its worker starts the next stream
+        # the talker: finish the item that ended by now, start the next
+        while talker_free_s <= now:
+            if talker_item is not None:
+                kind, rows = talker_item
+                if kind == "prefill":
+                    for rid in rows:
+                        engine.open(rid)
+                        talking[rid] = 0
+                for rid in rows:                      # one frame each (a prefill's first frame too)
+                    n = talking[rid]
+                    final = n + 1 == num_frames
+                    engine.add_frames(rid, n, codes, is_final=final)
+                    talking[rid] = n + 1
+                    if final:
+                        del talking[rid]
+                        talker_done_s[rid] = talker_free_s
+                talker_item = None
+            if waiting and (not last_was_prefill or not talking):
+                group = [rid for rid, _ in waiting[:costs.prefill_group]]
+                del waiting[:len(group)]
+                talker_item, last_was_prefill = ("prefill", group), True
+                talker_free_s += costs.prefill_ms / 1e3
+            elif talking:
+                rows = list(talking)
+                batches.append(len(rows))
+                talker_item, last_was_prefill = ("decode", rows), False
+                talker_free_s += (costs.talker_step_base_ms + costs.talker_step_per_row_ms * len(rows)) / 1e3
+            else:
+                talker_free_s = max(talker_free_s, now)
+                break
+        # the vocoder: a step when it has work (atomic; the talker's item stretches by its GPU time)
+        if engine.has_work():
+            runner.gpu_s = 0.0
+            runner.talker_busy = talker_item is not None
+            outs = engine.step()
+            if talker_item is not None:
+                talker_free_s += runner.gpu_s
+            for out in outs:
+                deliveries.append((clock[0] + costs.delivery_ms / 1e3, out.request_id,
+                                   len(out.pcm) / SAMPLE_RATE_HZ, out.is_final))
+            continue
+        events = [talker_free_s if talker_item is not None else float("inf")]
+        if arrivals:
+            events.append(arrivals[0][0])
+        if deliveries:
+            events.append(min(d[0] for d in deliveries))
+        events.append(now + engine.idle_timeout_s(1.0))
+        clock[0] = max(now + 1e-6, min(e for e in events if e > now) if any(e > now for e in events) else now + 1e-3)
+
+    rids = list(done_s)
+    wall_s = max(done_s.values()) - min(arrived_s.values())
+    stalls = stall_report([[listeners[r].longest_stall_s] for r in rids])
+    ttfa_ms = np.array([(first_s[r] - arrived_s[r]) * 1e3 for r in rids])
+    life_s = np.array([done_s[r] - arrived_s[r] for r in rids])
+    tail_s = np.array([done_s[r] - talker_done_s[r] for r in rids])
+    return {"audio_s_per_s": round(len(rids) * num_frames * FRAME_S / wall_s, 1),
+            "stall_over_50ms": stalls["streams_stall_over_50ms"], "stall_over_100ms": stalls["streams_stall_over_100ms"],
+            "longest_stall_ms": round(stalls["longest_stall_ms"], 1),
+            "ttfa_p50_ms": round(float(np.percentile(ttfa_ms, 50)), 1), "ttfa_p95_ms": round(float(np.percentile(ttfa_ms, 95)), 1),
+            "mean_life_s": round(float(life_s.mean()), 2),
+            "mean_tail_s": round(float(tail_s.mean()), 2), "talker_mean_batch": round(float(np.mean(batches)), 1),
+            "vocoder_steps": engine.stats["decode_calls"], "late_chunks": engine.deadline_stats["late_chunks"],
+            "due_rows": engine.deadline_stats["due_rows"], "deferred_rows": engine.deadline_stats["deferred_rows"]}
+
+
+def parse_policy(items: list[str]) -> DeadlinePolicy:
+    fields = {f.name: f.type for f in dataclasses.fields(DeadlinePolicy)}
+    kwargs = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"unknown policy field {key!r}; fields: {', '.join(fields)}")
+        kwargs[key] = float(value)
+    return DeadlinePolicy(**kwargs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--streams", type=int, default=0, help="streams in all (default 4 x concurrency)")
+    ap.add_argument("--frames", type=int, default=125)
+    ap.add_argument("--stagger-s", type=float, default=0.38, help="first wave spread (0: a burst)")
+    ap.add_argument("--policy", nargs="*", default=[], help="DeadlinePolicy fields, e.g. target_step_ms=0")
+    ap.add_argument("--no-fill", action="store_true", help="decode only the planned rows (no padding fill)")
+    ap.add_argument("--vocoder-row-frame-us", type=float, default=Costs.vocoder_row_frame_us)
+    ap.add_argument("--vocoder-frame-ms", type=float, default=Costs.vocoder_frame_ms)
+    args = ap.parse_args()
+    result = simulate(args.concurrency, args.streams or 4 * args.concurrency, args.frames, parse_policy(args.policy),
+                      Costs(vocoder_row_frame_us=args.vocoder_row_frame_us, vocoder_frame_ms=args.vocoder_frame_ms), args.stagger_s,
+                      fill_padding=not args.no_fill)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
