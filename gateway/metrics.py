@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service_common.audio_samples import FaultLog, SampleFaults
-from service_common.startup import StartupError
+from service_common.metrics import MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +67,6 @@ class GatewayMetrics:
         self.fault_log.chunk(request_id, seq, faults, num_samples)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Starts the HTTP endpoint; returns the bound port (port 0 picks a free one)."""
-        try:
-            server, _ = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            raise StartupError(f"metrics port {host}:{port} could not be bound: {exc.strerror or exc}") from None
-        bound = server.server_address[1]
-        logger.info("metrics on http://%s:%d/metrics", host, bound)
-        return bound
+        """Starts the HTTP endpoint (a daemon thread, for the process's life); returns the bound port
+        (port 0 picks a free one). StartupError when it cannot be bound."""
+        return MetricsServer(self.registry, host, port).port

@@ -77,13 +77,20 @@ def wait_serving(target: str, deadline_s: float, children: list[Child]) -> None:
     raise TimeoutError(f"gateway {target} not SERVING before the deadline (last: {last})")
 
 
+def metrics_pin(info: dict) -> list[str]:
+    """The bound Prometheus port, when the child serves one (every role reports it, 0 when off;
+    talker and vocoder serve one when asked: --vocoder-arg=--metrics-port=0)."""
+    return ["--metrics-port", str(info["metrics_port"])] if (info.get("metrics_port") or 0) > 0 else []
+
+
 # Arguments that bring a restarted child back on the addresses its first run bound (later flags
 # win). The gateway's audio PULL endpoint may change: each request tells its vocoder where to push.
 PINS = {
-    "vocoder": lambda info: ["--bind", info["codes_endpoint"], "--grpc-port", str(info["grpc_port"])],
-    "talker": lambda info: ["--bind", info["requests_endpoint"], "--grpc-port", str(info["grpc_port"])],
-    "gateway": lambda info: ["--grpc-port", str(info["grpc_port"])] + (
-        ["--metrics-port", str(info["metrics_port"])] if (info.get("metrics_port") or 0) > 0 else []) + (
+    "vocoder": lambda info: ["--bind", info["codes_endpoint"], "--grpc-port", str(info["grpc_port"]),
+                             *metrics_pin(info)],
+    "talker": lambda info: ["--bind", info["requests_endpoint"], "--grpc-port", str(info["grpc_port"]),
+                            *metrics_pin(info)],
+    "gateway": lambda info: ["--grpc-port", str(info["grpc_port"]), *metrics_pin(info)] + (
         ["--http-port", str(info["http_port"])] if (info.get("http_port") or 0) > 0 else []),
 }
 

@@ -147,8 +147,17 @@ def test_side_ports_bind_every_interface_explicitly(config):
     for role in ("talker", "vocoder"):
         for name, service in of_role(cfg, role).items():
             assert flags(service).get("--grpc-host") == "0.0.0.0", name
-    gateway_flags = flags(cfg["services"]["gateway"])
-    assert gateway_flags.get("--metrics-host") == "0.0.0.0"
+    for name, service in cfg["services"].items():
+        assert flags(service).get("--metrics-host") == "0.0.0.0", name
+
+
+def test_every_process_serves_prometheus_metrics_on_a_port_of_its_role(config):
+    """Talkers and vocoders are off by default (-1); the files turn their endpoints on, one port per
+    role (the vocoders' carries the busy ratio the Helm chart's HPA reads), not published."""
+    _, cfg = config
+    for role in SERVICE_ROLES:
+        ports = {int(flags(service).get("--metrics-port", -1)) for service in of_role(cfg, role).values()}
+        assert len(ports) == 1 and min(ports) > 0, f"{role}: {ports}"
 
 
 def max_slots(service: dict, role: str) -> int:

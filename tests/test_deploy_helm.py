@@ -150,10 +150,7 @@ def test_multi_replica_values_scale_and_autoscale():
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "qwen3_tts_vocoder_busy_ratio"
     assert deployments["vocoder"]["spec"]["template"]["spec"]["nodeSelector"] == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-    (monitor,) = by_kind(objects, "ServiceMonitor").values()
-    gateway_svc = next(s for s in by_kind(objects, "Service").values() if role_of(s) == "gateway")
-    assert selects(monitor["spec"]["selector"]["matchLabels"], gateway_svc["metadata"]["labels"])
-    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in gateway_svc["spec"]["ports"]}
+    assert {role_of(m) for m in by_kind(objects, "ServiceMonitor").values()} == set(SERVICE_ROLES)
     claims = {v["name"]: v for v in deployments["talker"]["spec"]["template"]["spec"]["volumes"]}
     assert claims["model-cache"]["persistentVolumeClaim"]["claimName"] == "qwen3-tts-weights"
 
@@ -234,4 +231,56 @@ def test_side_ports_bind_the_pod_interface_explicitly(rendered):
     deployments = deployments_by_role(objects)
     for role in ("talker", "vocoder"):
         assert role_flags(deployments[role]).get("--grpc-host") == "0.0.0.0", role
-    assert role_flags(deployments["gateway"]).get("--metrics-host") == "0.0.0.0"
+    for role in SERVICE_ROLES:
+        assert role_flags(deployments[role]).get("--metrics-host") == "0.0.0.0", role
+
+
+def metrics_port(deployment) -> int:
+    """The port the role's process serves /metrics on (its flag), checked to be the pod's `metrics` port."""
+    port = int(role_flags(deployment)["--metrics-port"])
+    assert container_ports(deployment).get("metrics") == port, f"{role_of(deployment)}: {container_ports(deployment)}"
+    return port
+
+
+def test_every_role_serves_metrics_on_its_pod_s_and_service_s_metrics_port(rendered):
+    _, objects = rendered
+    deployments = deployments_by_role(objects)
+    services = {role_of(s): s for s in by_kind(objects, "Service").values()}
+    for role, dep in deployments.items():
+        port = metrics_port(dep)
+        (svc_port,) = [p for p in services[role]["spec"]["ports"] if p["name"] == "metrics"]
+        assert svc_port["targetPort"] == "metrics" and svc_port["port"] == port, f"{role}: {svc_port}"
+    assert len({metrics_port(d) for d in deployments.values()}) == 3   # a port of its own per role
+
+
+def test_service_monitors_scrape_each_role_s_metrics_port_the_vocoder_hpa_needs():
+    """What the vocoders' HPA reads (qwen3_tts_vocoder_busy_ratio, through a metrics adapter) is
+    scraped from every vocoder pod: a ServiceMonitor selects the vocoder Service alone, and the
+    port it names leads to the container port the vocoder's --metrics-port binds."""
+    objects = render_chart("-f", MULTI)
+    deployments = deployments_by_role(objects)
+    services = by_kind(objects, "Service").values()
+    monitors = {role_of(m): m for m in by_kind(objects, "ServiceMonitor").values()}
+    assert set(monitors) == set(SERVICE_ROLES)
+    for role, monitor in monitors.items():
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"   # metrics.serviceMonitor.labels
+        selected = [s for s in services if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])]
+        assert [role_of(s) for s in selected] == [role], f"{role} monitor selects {[role_of(s) for s in selected]}"
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        (svc_port,) = [p for p in selected[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
+        pod_ports = container_ports(deployments[role])
+        assert pod_ports[svc_port["targetPort"]] == metrics_port(deployments[role])
+    # headless: each ready vocoder pod is a target of its own, which a per-pod HPA metric needs
+    vocoder_svc = next(s for s in services if role_of(s) == "vocoder")
+    assert vocoder_svc["spec"]["clusterIP"] == "None"
+    assert not by_kind(render_chart(), "ServiceMonitor")   # off by default (needs prometheus-operator)
+
+
+def test_scrape_annotations_name_each_pod_s_metrics_port():
+    for dep in deployments_by_role(render_chart()).values():
+        assert not any(k.startswith("prometheus.io/") for k in dep["spec"]["template"]["metadata"]["annotations"])
+    for role, dep in deployments_by_role(render_chart("--set", "metrics.scrapeAnnotations=true")).items():
+        annotations = dep["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+        assert int(annotations["prometheus.io/port"]) == metrics_port(dep), role

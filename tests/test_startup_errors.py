@@ -91,6 +91,19 @@ def test_a_model_that_does_not_exist_is_one_line(module, extra):
     assert_one_line_error(result, module, "'/nonexistent/qwen3-tts' not found")
 
 
+@pytest.mark.parametrize("module, extra", [("talker_service", ["--vocoders", "tcp://127.0.0.1:1"]),
+                                           ("vocoder_service", [])])
+def test_a_taken_backend_metrics_port_is_one_line_before_the_model_loads(module, extra):
+    # the model does not exist either: the port is what is reported, so it was bound first
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_module(module, "--model", "/nonexistent/qwen3-tts", "--device", "cpu", "--grpc-port", "0",
+                            "--bind", "tcp://127.0.0.1:*", "--metrics-port", str(port), *extra)
+        assert_one_line_error(result, module, f"metrics port 127.0.0.1:{port} could not be bound")
+
+
 def test_a_taken_side_port_is_one_line():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -1,6 +1,7 @@
 """Process start-up and shutdown order of the talker.
 
-1. gRPC side port up at once, health NOT_SERVING (probes can tell "loading" from "dead");
+1. gRPC side port up at once, health NOT_SERVING (probes can tell "loading" from "dead"), and
+   the Prometheus endpoint when asked (`--metrics-port`; only `qwen3_tts_talker_serving 0` yet);
 2. checkpoint resolved, talker weights loaded into the engine;
 3. ZeroMQ ROUTER bound, DEALERs to the vocoders connected, health SERVING, ready file written;
 4. the loop runs until SIGTERM/SIGINT; then health NOT_SERVING, live requests fail UNAVAILABLE,
@@ -16,6 +17,7 @@ import torch
 
 from checkpoint.configs import generation_config as default_generation_config
 from checkpoint.files import resolve_model_dir
+from service_common.metrics import MetricsServer
 from service_common.process import StopSignal, announce_ready
 from talker_service.engine import ModelRunner, TalkerEngine
 from talker_service.engine.request_warmup import warm_up_requests
@@ -23,6 +25,7 @@ from talker_service.server.admin import TalkerAdminServicer, side_port
 from talker_service.server.admin_jobs import AdminJobs
 from talker_service.server.config import TalkerServiceConfig
 from talker_service.server.loop import TalkerServer
+from talker_service.server.metrics import TalkerMetrics
 from talker_service.server.sizing import sized_config
 from talker_service.server.start import StartReader
 from talker_service.server.voice_jobs import VoiceEncoding
@@ -56,7 +59,10 @@ def serve(config: TalkerServiceConfig) -> int:
     servicer = TalkerAdminServicer(jobs, config.admin_timeout_s)
     admin_server = side_port(config.grpc_host, config.grpc_port, servicer)
     admin_server.start()
+    metrics, metrics_server = TalkerMetrics(), None
     try:
+        if config.metrics_port >= 0:   # a taken port ends start-up here, before the model loads
+            metrics_server = MetricsServer(metrics.registry, config.metrics_host, config.metrics_port)
         engine, generation = load_engine(config)
         model_dir = generation.pop("model_dir")
         if stop.is_set():
@@ -76,10 +82,12 @@ def serve(config: TalkerServiceConfig) -> int:
                            config.voice_warm_up_timeout_s)
         server = TalkerServer(config, engine, config.model, reader, admin=jobs, voices=voices)
         stop.attach(server.request_stop)
+        metrics.attach(server)
         from checkpoint.text_tokenizer import load_text_tokenizer
         servicer.bind_model(vocab, load_text_tokenizer(model_dir), generation, config.max_text_tokens)
         admin_server.set_serving(True)
         info = {"requests_endpoint": server.endpoint, "grpc_port": admin_server.port, "peer_id": server.peer_id,
+                "metrics_port": metrics_server.port if metrics_server else 0,   # 0: off, as the gateway's
                 "pid": os.getpid(), "vocoders": config.vocoder_endpoints(),
                 # what it was sized to: the launcher sizes the gateway's stream limit from these
                 "max_slots": engine.config.max_slots, "max_queued": engine.config.max_queued}
@@ -88,4 +96,6 @@ def serve(config: TalkerServiceConfig) -> int:
         return 0
     finally:
         admin_server.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
         logger.info("talker stopped")

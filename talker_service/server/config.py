@@ -6,6 +6,7 @@ import socket
 from dataclasses import dataclass
 
 from service_common.endpoints import check_endpoint
+from service_common.metrics import DEFAULT_BUSY_WINDOW_S
 from talker_service.engine import EngineConfig
 
 
@@ -29,6 +30,11 @@ class TalkerServiceConfig:
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 5611                # 0: any free port (see ready_file)
     peer_id: str = ""                    # empty: talker@<host>:<pid>
+    # Prometheus /metrics over HTTP (server/metrics.py): -1 off, 0 any free port (see ready_file);
+    # loopback unless asked, as the side port
+    metrics_port: int = -1
+    metrics_host: str = "127.0.0.1"
+    busy_window_s: float = DEFAULT_BUSY_WINDOW_S   # the busy ratio's sliding window (one scrape interval)
     ready_file: str = ""                 # written (JSON endpoints) once SERVING
     # --- engine
     max_slots: int = 0                   # streams generating at once; 0: from GPU memory on CUDA (up to 256), 8 on CPU
@@ -80,7 +86,7 @@ class TalkerServiceConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("vocoder_timeout_s", "gateway_timeout_s", "admin_timeout_s", "resolve_interval_s",
-                     "max_step_stall_s", "max_voice_batch_audio_s", "voice_warm_up_timeout_s"):
+                     "max_step_stall_s", "max_voice_batch_audio_s", "voice_warm_up_timeout_s", "busy_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.debug_step_delay_s < 0:
@@ -95,6 +101,8 @@ class TalkerServiceConfig:
                 problems.append(f"{name} must be auto, on or off, got {getattr(self, name)!r}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
+        if not -1 <= self.metrics_port <= 65535:
+            problems.append(f"metrics_port must be in [0, 65535] (-1: off), got {self.metrics_port}")
         if not self.vocoder_endpoints():
             problems.append("vocoders is empty: give at least one vocoder endpoint (--vocoders tcp://host:port,...)")
         try:

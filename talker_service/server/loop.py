@@ -23,6 +23,7 @@ import zmq
 
 from protos import wire
 from service_common.heartbeat_thread import HeartbeatThread
+from service_common.metrics import BusyClock
 from service_common.startup import bind_zmq
 from talker_service.engine import TalkerEngine
 from talker_service.server.admin_jobs import AdminGenerations, AdminJobs, Job
@@ -57,6 +58,8 @@ class TalkerServer:
         self.peer_id = config.resolved_peer_id()
         self.started_s = time.monotonic()
         self.stop_requested = threading.Event()
+        # time in engine steps (prefill + decode), read by the metrics endpoint's thread (server/metrics.py)
+        self.busy = BusyClock(config.busy_window_s)
         self.init_sockets()
         self.init_components(start_reader)
         self.init_handlers()
@@ -143,6 +146,7 @@ class TalkerServer:
                 self.emitter.open_primed(self.engine.admit())
             phases.lap("admit")
         if can_step:
+            self.busy.begin()
             # the lock is free while the engine runs: heartbeats leave meanwhile
             first_frames = self.engine.prefill_phase()
             if first_frames:   # new streams' first frames go to the vocoders before the decode step
@@ -152,6 +156,7 @@ class TalkerServer:
             outs = self.engine.decode_phase()
             if self.config.debug_step_delay_s > 0:
                 time.sleep(self.config.debug_step_delay_s)
+            self.busy.end()
             phases.lap("decode")
         with self.sockets_lock:
             if can_step:

@@ -1,6 +1,7 @@
 """Process start-up and shutdown order of the vocoder.
 
-1. gRPC side port up at once, health NOT_SERVING (probes can tell "loading" from "dead");
+1. gRPC side port up at once, health NOT_SERVING (probes can tell "loading" from "dead"), and
+   the Prometheus endpoint when asked (`--metrics-port`; only `qwen3_tts_vocoder_serving 0` yet);
 2. checkpoint resolved and decoder weights loaded, CUDA graphs captured;
 3. ZeroMQ ROUTER bound, admin calls enabled, health SERVING, ready file written;
 4. the loop runs until SIGTERM/SIGINT; then health NOT_SERVING, live streams drain (bounded),
@@ -15,6 +16,7 @@ import torch
 
 from checkpoint.files import resolve_model_dir
 from service_common.memory_sizing import graph_budget_within, resolved_fraction
+from service_common.metrics import MetricsServer
 from service_common.process import StopSignal, announce_ready
 from vocoder_service.runtime.compile_plan import use_cache_dir
 from vocoder_service.runtime.runner import DecoderRunner
@@ -22,6 +24,7 @@ from vocoder_service.server.admin import VocoderAdminServicer, side_port
 from vocoder_service.server.admin_jobs import AdminBridge
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
+from vocoder_service.server.metrics import VocoderMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -74,20 +77,27 @@ def serve(config: VocoderServiceConfig) -> int:
                                     max_frames=config.max_pending_frames + config.max_context_frames)
     admin_server = side_port(config.grpc_host, config.grpc_port, servicer)
     admin_server.start()
+    metrics, metrics_server = VocoderMetrics(), None
     try:
+        if config.metrics_port >= 0:   # a taken port ends start-up here, before the model loads
+            metrics_server = MetricsServer(metrics.registry, config.metrics_host, config.metrics_port)
         runner = load_runner(config)
         if stop.is_set():
             return 0
         server = VocoderServer(config, runner, config.model, admin=bridge,
                                on_draining=lambda: admin_server.set_serving(False))
         stop.attach(server.request_stop)
+        metrics.attach(server)
         servicer.bind_model(runner.codebook_size, runner.sample_rate_hz)
         admin_server.set_serving(True)
         info = {"codes_endpoint": server.endpoint, "grpc_port": admin_server.port, "peer_id": server.peer_id,
+                "metrics_port": metrics_server.port if metrics_server else 0,   # 0: off, as the gateway's
                 "pid": os.getpid(), "runner": runner.describe()}
         announce_ready("vocoder", info, config.ready_file)
         server.run()
         return 0
     finally:
         admin_server.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
         logger.info("vocoder stopped")

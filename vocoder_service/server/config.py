@@ -10,6 +10,7 @@ import socket
 from dataclasses import dataclass
 
 from service_common.memory_sizing import MAX_AUTO_SLOTS
+from service_common.metrics import DEFAULT_BUSY_WINDOW_S
 from vocoder_service.engine.chunk_policy import ChunkPolicy, batch_buckets
 from vocoder_service.engine.config import VocoderEngineConfig
 from vocoder_service.engine.deadlines import DeadlinePolicy
@@ -33,6 +34,11 @@ class VocoderServiceConfig:
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 5711                # 0: any free port (see ready_file)
     peer_id: str = ""                    # empty: vocoder@<host>:<pid>
+    # Prometheus /metrics over HTTP (server/metrics.py; the chart's HPA reads qwen3_tts_vocoder_busy_ratio):
+    # -1 off, 0 any free port (see ready_file); loopback unless asked, as the side port
+    metrics_port: int = -1
+    metrics_host: str = "127.0.0.1"
+    busy_window_s: float = DEFAULT_BUSY_WINDOW_S   # the busy ratio's sliding window (one scrape interval)
     ready_file: str = ""                 # written (JSON endpoints) once SERVING
     # --- engine
     max_slots: int = 0                   # streams decoded at once; 0: 256 on CUDA (a few MB of state each), 64 on CPU
@@ -104,7 +110,7 @@ class VocoderServiceConfig:
                      "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s"):
+        for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s", "busy_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.compile_max_row_frames < -1:
@@ -125,6 +131,8 @@ class VocoderServiceConfig:
             problems.append(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not 0 <= self.grpc_port <= 65535:
             problems.append(f"grpc_port must be in [0, 65535], got {self.grpc_port}")
+        if not -1 <= self.metrics_port <= 65535:
+            problems.append(f"metrics_port must be in [0, 65535] (-1: off), got {self.metrics_port}")
         if self.dtype not in ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"):
             problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if any(s < 1 for s in (*self.capture_batch_sizes, *self.capture_frame_sizes)):

@@ -19,11 +19,13 @@ import zmq
 
 from protos import wire
 from service_common.heartbeat_thread import HeartbeatThread
+from service_common.metrics import BusyClock
 from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.intake import FramesIntake
+from vocoder_service.server.metrics import DeadlineTotals
 from vocoder_service.server.outbox import Outbox
 from vocoder_service.server.peers import TalkerPeers
 from vocoder_service.server.sockets import PushSockets, bind_router
@@ -55,6 +57,10 @@ class VocoderServer:
         self.engine = VocoderEngine(self.runner, engine_config)
         self.stats = ServerStats()
         self.draining_since_s: float | None = None
+        # read by the metrics endpoint's thread (server/metrics.py): time in decoding steps, and the
+        # deadline counts GetStats(reset) would otherwise take back
+        self.busy = BusyClock(self.config.busy_window_s)
+        self.deadline_totals = DeadlineTotals(lambda: self.engine.deadline_stats)
 
     def init_sockets(self) -> None:
         cfg = self.config
@@ -107,9 +113,11 @@ class VocoderServer:
             self.maintenance()   # right after receive: peers are judged on everything they sent
             self.run_admin_jobs()
             self.emit(self.engine.expire(self.talker_last_heard_s))
+        self.busy.begin()
         outs = self.engine.step()   # the lock is free: heartbeats leave while this decodes
         if outs and self.config.debug_step_delay_s > 0:
             time.sleep(self.config.debug_step_delay_s)
+        self.busy.end(worked=bool(outs))   # a step with nothing to send found nothing to do: idle
         with self.sockets_lock:
             self.emit(outs)
             self.send_credits()
@@ -181,7 +189,7 @@ class VocoderServer:
         if job.payload.reset:
             self.runner.stats.reset_windows()
             self.stats.reset_windows()
-            self.engine.reset_deadline_stats()
+            self.deadline_totals.reset(self.engine.reset_deadline_stats)
         job.future.set_result(stats)
 
     # ---- send ------------------------------------------------------------------------------------

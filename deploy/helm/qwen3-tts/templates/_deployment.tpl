@@ -31,6 +31,11 @@ spec:
       annotations:
         # roll the pods when their engine settings change
         checksum/config: {{ toYaml $v.config | sha256sum }}
+        {{- if and $root.Values.metrics.scrapeAnnotations .ports.metrics }}
+        prometheus.io/scrape: "true"
+        prometheus.io/port: {{ .ports.metrics | quote }}
+        prometheus.io/path: /metrics
+        {{- end }}
         {{- with $root.Values.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
