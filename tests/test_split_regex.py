@@ -8,7 +8,7 @@ import pytest
 
 from checkpoint.configs import model_config
 from gateway.split_regex import MISTRAL_FIX_PATTERN, QWEN2_PATTERN, split_pattern_for
-from gateway.stream_cut import added_token_prefix_start, last_starter, trailing_run_start
+from gateway.stream_cut import added_token_prefix_start, last_starter, proper_prefixes, trailing_run_start
 
 
 @pytest.mark.parametrize("config, pattern", [
@@ -46,7 +46,8 @@ def test_last_starter_skips_trailing_marks():
 
 
 def test_a_half_arrived_added_token_is_held():
-    contents = ("<|im_end|>", "<think>", "</think>")
+    contents = proper_prefixes(("<|im_end|>", "<think>", "</think>"))
+    assert "<|im_end|" in contents and "<|im_end|>" not in contents and "" not in contents
     assert added_token_prefix_start("say <|im_e", contents, 10) == 4
     assert added_token_prefix_start("say <|im_end|>", contents, 10) == 14  # complete: nothing held
     assert added_token_prefix_start("x <", contents, 10) == 2
