@@ -263,3 +263,22 @@ def test_getstats_reports_the_deadline_counters_and_a_reset_clears_them():
     assert stats.budget_row_frames == 0.0             # no step of two steady chunks measured: no bound yet
     engine.reset_deadline_stats()
     assert (deadline_stats(engine).num_due_rows, deadline_stats(engine).max_lateness_ms) == (0, 0.0)
+
+
+def test_the_due_horizon_keeps_the_longest_recent_step_cycle_and_a_busy_loops_sending_gap():
+    sched = scheduler(step_window=4, delivery_margin_ms=0.0)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.080)   # one slow step (the talker's load)
+    for _ in range(3):
+        sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010)
+    # still within the window: a stream 150 ms from its deadline is due (the next step may take 80)
+    assert sched.due_horizon_s == pytest.approx(0.160)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010)  # the slow one leaves the window
+    assert sched.due_horizon_s == pytest.approx(0.020)
+    # the loop went straight back (work was left): the 30 ms it spent sending before this plan count
+    sched.note_step_end(0.010, now_s=1.0, work_left=True)
+    sched.plan([], now_s=1.030)
+    assert sched.step_s == pytest.approx(0.040)
+    # after an idle gap (nothing was left) the wait is not part of any step
+    sched.note_step_end(0.010, now_s=2.0, work_left=False)
+    sched.plan([], now_s=5.0)
+    assert sched.step_s == pytest.approx(0.040)

@@ -99,8 +99,8 @@ def test_busy_ratio_is_the_time_in_decoding_steps_and_falls_back_after_the_windo
     decoding_steps = []
     step = server.engine.step
 
-    def counted_step():
-        outs = step()
+    def counted_step(**kwargs):
+        outs = step(**kwargs)
         if outs:
             decoding_steps.append(len(outs))
         return outs

@@ -29,6 +29,7 @@ or its end, so batches replay the captured (batch, frames) graphs.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from vocoder_service.engine.batcher import ReadyRow
@@ -54,6 +55,11 @@ class DeadlinePolicy:
     # (the time per row-frame; the step-time estimate follows a longer step at once).
     initial_step_ms: float = 10.0
     step_time_alpha: float = 0.2
+    # The due horizon's step time: the longest of the last this-many step cycles (a step's decode
+    # and the loop's sending after it, while work was waiting). A decaying average let the horizon
+    # shrink to ~30 ms between bursts, when a step under the talker's load could take 100 ms or more:
+    # most late chunks on the H200 were ready streams that were not yet due.
+    step_window: int = 16
 
     def __post_init__(self) -> None:
         for name in ("target_step_ms", "max_step_ms", "delivery_margin_ms", "initial_step_ms"):
@@ -63,6 +69,8 @@ class DeadlinePolicy:
             raise ValueError(f"slack_chunk_ratio must be > 0, got {self.slack_chunk_ratio}")
         if not 0 < self.step_time_alpha <= 1:
             raise ValueError(f"step_time_alpha must be in (0, 1], got {self.step_time_alpha}")
+        if self.step_window < 1:
+            raise ValueError(f"step_window must be >= 1, got {self.step_window}")
 
 
 @dataclass
@@ -86,9 +94,11 @@ class DeadlineScheduler:
                  launch_cost_row_frames: float) -> None:
         self.chunk, self.policy, self.frames_per_s = chunk, policy, frames_per_s
         self.launch_cost_row_frames = launch_cost_row_frames
-        self.step_s = policy.initial_step_ms / 1e3          # EWMA of whole steps
+        self.step_s = policy.initial_step_ms / 1e3          # the longest recent step cycle
         self.s_per_row_frame: float | None = None           # EWMA; None until a step was measured
         self._buckets = chunk.frame_buckets()
+        self._cycles_s: deque[float] = deque(maxlen=policy.step_window)
+        self._last_step: tuple[float, float] | None = None  # (its elapsed, when it ended) while work waited
 
     # ---- learning ---------------------------------------------------------------------------
     def observe_step(self, row_frames: int, num_batches: int, elapsed_s: float) -> None:
@@ -97,13 +107,28 @@ class DeadlineScheduler:
         chunks only: smaller ones are launch-bound, and their rate would promise a budget (and a
         step) several times too large."""
         a = self.policy.step_time_alpha
-        # fast up, slow down: a step longer than the estimate moves the due horizon at once (a late
-        # estimate is a stall), a shorter one only by the EWMA weight
-        self.step_s = elapsed_s if elapsed_s > self.step_s else self.step_s + a * (elapsed_s - self.step_s)
+        self._record_cycle(elapsed_s)
         if row_frames < 2 * self.chunk.steady_chunk_frames:
             return
         rate = elapsed_s / (row_frames + num_batches * self.launch_cost_row_frames)
         self.s_per_row_frame = rate if self.s_per_row_frame is None else self.s_per_row_frame + a * (rate - self.s_per_row_frame)
+
+    def _record_cycle(self, cycle_s: float) -> None:
+        self._cycles_s.append(cycle_s)
+        self.step_s = max(self._cycles_s)
+
+    def note_step_end(self, elapsed_s: float, now_s: float, work_left: bool) -> None:
+        """The step just ended (after `elapsed_s`); `work_left`: rows it deferred wait, so the loop
+        comes straight back and the gap to the next plan (sending, receiving) is part of the cycle."""
+        self._last_step = (elapsed_s, now_s) if work_left else None
+
+    def note_plan(self, now_s: float) -> None:
+        """A plan begins: a busy loop's gap since the last step's end joins that step's cycle."""
+        if self._last_step is not None:
+            elapsed_s, ended_s = self._last_step
+            self._last_step = None
+            if now_s - ended_s > 0:
+                self._record_cycle(elapsed_s + now_s - ended_s)
 
     @property
     def due_horizon_s(self) -> float:
@@ -188,6 +213,7 @@ class DeadlineScheduler:
 
     def plan(self, streams: list[StreamState], now_s: float) -> StepPlan:
         """This step's rows: every due row, then the others earliest deadline first within the budget."""
+        self.note_plan(now_s)
         candidates, wake_s = [], None
         for stream in streams:
             cand, wake = self.candidate(stream, now_s, len(streams))

@@ -97,6 +97,7 @@ class VocoderEngine:
         self.scheduler = DeadlineScheduler(config.chunk, config.deadline,
                                            config.sample_rate_hz / config.samples_per_frame,
                                            config.launch_cost_row_frames)
+        self._last_plan_deferred = 0
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -206,6 +207,7 @@ class VocoderEngine:
         closing = [ReadyRow(s.request_id, s.slot, 0, True, True) for s in streams
                    if s.ended and not s.num_pending and not s.num_context_pending]
         plan = self.scheduler.plan(streams, self.clock())
+        self._last_plan_deferred = plan.num_deferred
         if plan_stats is not None:
             plan_stats["due_rows"] += plan.num_due
             plan_stats["deferred_rows"] += plan.num_deferred
@@ -228,14 +230,19 @@ class VocoderEngine:
             return 0.0
         return longest_s if wake_s is None else min(longest_s, max(0.0, wake_s - self.clock()))
 
-    def step(self) -> list[PcmOut | ErrorOut]:
-        """Decode every ready chunk once (one or more batches); return the PCM and errors to send."""
+    def step(self, on_outputs: Callable[[list[PcmOut | ErrorOut]], None] | None = None) -> list[PcmOut | ErrorOut]:
+        """Decode every ready chunk once (one or more batches); return the PCM and errors to send.
+        `on_outputs`: called with each batch's outputs as soon as that batch is read back (the
+        server sends them then: a due chunk in a small first batch does not wait for the step's big
+        ones); the return value still holds them all."""
         started, step_start_s = time.perf_counter(), self.clock()
         rows = self.ready_rows(self.deadline_stats)
         out: list[PcmOut | ErrorOut] = []
         empty = [r for r in rows if r.num_frames == 0]
         for row in empty:
             out.append(self._emit(self.streams[row.request_id], np.zeros(0, np.float32), True))
+        if out and on_outputs is not None:
+            on_outputs(list(out))
         rows = [r for r in rows if r.num_frames > 0]
         batches = plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames,
                                self._covering_shape, self._split_cache)
@@ -251,10 +258,15 @@ class VocoderEngine:
         # the host gathers the next batch's codes and emits the previous one's chunks
         launched = [self._launch_batch(batch) for batch in batches]
         for batch, launch in zip(batches, launched):
-            out.extend(self._finish_batch(batch, *launch))
+            done = self._finish_batch(batch, *launch)
+            out.extend(done)
+            if done and on_outputs is not None:
+                on_outputs(done)
         if batches:   # what a step of this many padded frames takes: the deadline scheduler's budget
+            ended_s = self.clock()
             self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
-                                        self.clock() - step_start_s)
+                                        ended_s - step_start_s)
+            self.scheduler.note_step_end(ended_s - step_start_s, ended_s, self._last_plan_deferred > 0)
         return out
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:

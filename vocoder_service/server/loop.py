@@ -114,12 +114,12 @@ class VocoderServer:
             self.run_admin_jobs()
             self.emit(self.engine.expire(self.talker_last_heard_s))
         self.busy.begin()
-        outs = self.engine.step()   # the lock is free: heartbeats leave while this decodes
-        if outs and self.config.debug_step_delay_s > 0:
-            time.sleep(self.config.debug_step_delay_s)
+        # the lock is free: heartbeats leave while this decodes; each batch's chunks are sent as soon
+        # as it is read back
+        outs = self.engine.step(on_outputs=self.emit_locked if self.config.debug_step_delay_s <= 0 else
+                                self._slow_sender())
         self.busy.end(worked=bool(outs))   # a step with nothing to send found nothing to do: idle
         with self.sockets_lock:
-            self.emit(outs)
             self.send_credits()
             self.latest_load = self.load()
         self.beats.mark_progress()
@@ -193,6 +193,22 @@ class VocoderServer:
         job.future.set_result(stats)
 
     # ---- send ------------------------------------------------------------------------------------
+    def _slow_sender(self):
+        """emit_locked behind the test hook's sleep, once a step, before its first chunks leave (a
+        slow decode)."""
+        slept = []
+
+        def send(outs: list[PcmOut | ErrorOut]) -> None:
+            if not slept:
+                time.sleep(self.config.debug_step_delay_s)
+                slept.append(True)
+            self.emit_locked(outs)
+        return send
+
+    def emit_locked(self, outs: list[PcmOut | ErrorOut]) -> None:
+        with self.sockets_lock:
+            self.emit(outs)
+
     def emit(self, outs: list[PcmOut | ErrorOut]) -> None:
         pcm_by_gateway: dict[str | None, list[PcmOut]] = {}   # one PCM message per gateway per step
         for out in outs:
