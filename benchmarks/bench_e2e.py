@@ -159,12 +159,14 @@ async def run_jobs(target: str, args, jobs: list[tuple[float, list[int], bool]],
     at once. -> {"results": per-stream dicts, "refused": RESOURCE_EXHAUSTED details}."""
     results: list[dict] = []
     refused: list[str] = []   # open-loop arrivals turned away: counted, not an error
-    async with TtsClient(target) as client:
+    # several connections per process when asked: gateway processes sharing a port get connections
+    clients = [TtsClient(target, own_connection=args.client_channels > 1) for _ in range(args.client_channels)]
+    try:
         # the voice is registered once, by the parent, before the parts start
-        config_for = await prepare(client, args.workload, args.work_dir, args.voice, args.distinct_clips,
+        config_for = await prepare(clients[0], args.workload, args.work_dir, args.voice, args.distinct_clips,
                                    register=False)
 
-        async def job(offset_s: float, seeds: list[int], may_refuse: bool):
+        async def job(client: TtsClient, offset_s: float, seeds: list[int], may_refuse: bool):
             await asyncio.sleep(max(0.0, start_at_s + offset_s - time.monotonic()))
             for seed in seeds:
                 try:
@@ -174,7 +176,10 @@ async def run_jobs(target: str, args, jobs: list[tuple[float, list[int], bool]],
                         raise
                     refused.append(exc.details())
 
-        await asyncio.gather(*(job(*j) for j in jobs))
+        await asyncio.gather(*(job(clients[i % len(clients)], *j) for i, j in enumerate(jobs)))
+    finally:
+        for client in clients:
+            await client.close()
     return {"results": results, "refused": refused}
 
 
@@ -282,6 +287,9 @@ def main() -> int:
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--client-channels", type=int, default=1,
+                   help="gRPC connections per client process (gateway processes sharing one port each serve whole "
+                        "connections: launcher --gateway-workers)")
     p.add_argument("--client-procs", type=int, default=1,
                    help="client processes a level's streams are spread over (one Python process driving hundreds "
                         "of streams delays what it measures; 4 at 256 streams)")

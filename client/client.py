@@ -71,10 +71,16 @@ class TtsClient:
     together when talking to a gateway whose limit was raised."""
 
     def __init__(self, target: str = "127.0.0.1:50051", max_message_bytes: int = 64 << 20,
-                 max_receive_bytes: int = UNARY_REPLY_RECEIVE_BYTES) -> None:
+                 max_receive_bytes: int = UNARY_REPLY_RECEIVE_BYTES, own_connection: bool = False) -> None:
+        """`own_connection`: this client's calls go over a TCP connection of its own (gRPC otherwise
+        shares one among the channels of a process that have the same target and options), e.g. to
+        reach every gateway process behind one SO_REUSEPORT port, which the kernel assigns per connection."""
         self.target = target
-        self.channel = grpc.aio.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", max_receive_bytes), ("grpc.max_send_message_length", max_message_bytes)])
+        options = [("grpc.max_receive_message_length", max_receive_bytes),
+                   ("grpc.max_send_message_length", max_message_bytes)]
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
+        self.channel = grpc.aio.insecure_channel(target, options=options)
         self.stub = tts_pb2_grpc.TextToSpeechStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 

@@ -24,6 +24,10 @@ class GatewayConfig:
     http_host: str = "0.0.0.0"
     # unauthenticated: loopback unless asked (containers set 0.0.0.0 for in-cluster scraping)
     metrics_host: str = "127.0.0.1"
+    # Bind the gRPC port with SO_REUSEPORT so several gateway processes serve one port (the kernel
+    # spreads connections among them: one Python event loop is what a burst of word-by-word streams
+    # saturates first). The taken-port check is off then: another such process is expected.
+    reuse_port: bool = False
     ready_file: str = ""                 # JSON with the bound ports, written once listening
     voices_dir: str = ""                 # registered voices; empty: ~/.cache/qwen3-tts-serve/voices
     # --- limits

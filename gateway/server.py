@@ -25,7 +25,7 @@ from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
 from service_common.reflection import enable_reflection
-from service_common.startup import GRPC_SERVER_OPTIONS, add_grpc_port
+from service_common.startup import add_grpc_port, grpc_server_options
 from service_common.strict_requests import add_strict_servicer
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ class GatewayServer:
         # gRPC's own limit sits above ours so an oversized message gets our INVALID_ARGUMENT
         # naming the field rather than a bare RESOURCE_EXHAUSTED from the transport.
         max_bytes = config.max_message_bytes * 2 + (1 << 20)
-        self.server = grpc.aio.server(options=[*GRPC_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_bytes),
+        self.server = grpc.aio.server(options=[*grpc_server_options(config.reuse_port),
+                                               ("grpc.max_receive_message_length", max_bytes),
                                                ("grpc.max_send_message_length", max_bytes)])
         # Bytes that are no message end the call INVALID_ARGUMENT (counted); a bad message inside a
         # stream goes to the servicer as a RequestError, which reports and counts it.
@@ -72,7 +73,8 @@ class GatewayServer:
         await self._set_health(False)
         self.backend.on_health_change = lambda ok: asyncio.get_running_loop().create_task(self._set_health(ok))
         self.backend.on_num_healthy_change = self.metrics.healthy_talkers.set
-        self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port")
+        self.port = add_grpc_port(self.server, config.grpc_host, config.grpc_port, "gateway gRPC port",
+                                  config.reuse_port)
         # Before the gRPC server starts: a taken metrics port then leaves nothing running to stop.
         if config.metrics_port >= 0:
             self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)

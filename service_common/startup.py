@@ -76,9 +76,16 @@ def check_tcp_port_free(host: str, port: int, what: str) -> None:
                 logger.debug("probe bind %s: %s (left to gRPC to report)", address, exc)
 
 
-def add_grpc_port(server, host: str, port: int, what: str) -> int:
-    """`server.add_insecure_port`, with a failure to bind as a StartupError; returns the bound port."""
-    check_tcp_port_free(host, port, what)
+def grpc_server_options(reuse_port: bool = False) -> list[tuple[str, int]]:
+    """GRPC_SERVER_OPTIONS, or with SO_REUSEPORT on for processes meant to share a port."""
+    return [("grpc.so_reuseport", 1)] if reuse_port else list(GRPC_SERVER_OPTIONS)
+
+
+def add_grpc_port(server, host: str, port: int, what: str, reuse_port: bool = False) -> int:
+    """`server.add_insecure_port`, with a failure to bind as a StartupError; returns the bound port.
+    `reuse_port`: the server shares the port on purpose (grpc_server_options(True)): no taken-port check."""
+    if not reuse_port:
+        check_tcp_port_free(host, port, what)
     address = f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
