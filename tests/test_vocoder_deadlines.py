@@ -282,3 +282,18 @@ def test_the_due_horizon_keeps_the_longest_recent_step_cycle_and_a_busy_loops_se
     sched.note_step_end(0.010, now_s=2.0, work_left=False)
     sched.plan([], now_s=5.0)
     assert sched.step_s == pytest.approx(0.040)
+
+
+def test_a_due_stream_with_frames_waiting_takes_enough_audio_to_leave_the_due_horizon():
+    # steps of ~100 ms (a loaded GPU): the horizon is 220 ms; a stream 10 ms from its deadline with 20
+    # frames waiting gets 8 of them (640 ms: clear of two horizons), not a 2-frame sliver that is due
+    # again next step
+    sched = scheduler(initial_step_ms=100.0, delivery_margin_ms=20.0)
+    stream = running_stream("late", 0, now_s=1.0, slack_s=0.010, num_pending=20)
+    plan = sched.plan([stream], 1.0)
+    [row] = plan.rows
+    assert plan.num_due == 1 and row.num_frames == 8
+    assert 0.010 + row.num_frames * FRAME_S > 2 * sched.due_horizon_s
+    # with fewer frames than that, it takes what it has
+    short = running_stream("short", 1, now_s=1.0, slack_s=0.010, num_pending=3)
+    assert [r.num_frames for r in sched.plan([short], 1.0).rows] == [3]

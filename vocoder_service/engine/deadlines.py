@@ -6,7 +6,9 @@ chunk + audio sent so far); its slack is that deadline minus now.
 
 - **Due.** A running stream whose slack would run out before the step after this one could
   deliver (slack <= 2 x the step-time estimate + delivery margin) is due: it is decoded this step
-  with whatever frames it has (1..steady), whatever else waits.
+  with whatever frames it has, up to a chunk that takes its slack past two horizons (a slack-sized
+  sliver would leave it due again next step: at 256 streams on the H200 whole bursts stayed due,
+  in small chunks, step after step), whatever else waits.
 - **First chunks** (and voice-clone priming rows before them) start the listener's clock: their
   key is the arrival of their oldest frame, so they sort before running streams that still have
   audio, but they take only the step's budget that due rows leave: a burst of arrivals cannot
@@ -191,6 +193,8 @@ class DeadlineScheduler:
         # streams to fall due together
         target = self.target_frames(slack_s)
         is_due = slack_s <= horizon_s
+        if is_due:   # enough audio to be clear of the horizon for two more cycles, not a sliver that is due again
+            target = max(target, self._bucket(min(steady, math.ceil((2 * horizon_s - slack_s) * self.frames_per_s))))
         if not is_due and pending < target and not stream.ended:
             return None, playback.deadline_s - horizon_s
         # a stream's last frames go as one final chunk when they fit one (its slot frees a step sooner)
