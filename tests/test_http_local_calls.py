@@ -201,6 +201,8 @@ def test_drain_waits_for_the_grace_then_cancels():
         _, done_responses = gateway.stream(no_requests())
         gateway.servicer = endless
         _, live_responses = gateway.stream(no_requests())
+        await spin()   # the first has ended (3 messages queued), the second waits on its full queue
+        assert finishing.events[-1] == ("ended",) and len(gateway.live) == 1
         await gateway.drain(0.0)
         assert not gateway.live and endless.events[-1][0] == "cancelled" and finishing.events[-1] == ("ended",)
         assert await read_all(done_responses) == [0, 1, 2]   # what was made before the drain is still read

@@ -180,7 +180,7 @@ class LocalGateway:
     def __init__(self, servicer: TextToSpeechServicer, max_buffered: int = MAX_BUFFERED_RESPONSES) -> None:
         self.servicer, self.max_buffered = servicer, max_buffered
         self._model: voices_pb2.ModelVoices | None = None
-        self.live: set[asyncio.Task] = set()   # handler tasks of the streams not yet ended
+        self.live: set[LocalCall] = set()   # the streams whose handler has not ended
 
     async def voices(self) -> voices_pb2.ListVoicesResponse:
         return await self.servicer.ListVoices(voices_pb2.ListVoicesRequest(), LocalContext())
@@ -200,19 +200,19 @@ class LocalGateway:
         """(call, responses): StreamSynthesize reading `requests`. A call the servicer refuses raises
         its status (LocalRpcError) from `responses`; `call.cancel()` or `responses.aclose()` ends it."""
         call = LocalCall(self.servicer, requests, self.max_buffered)
-        self.live.add(call.task)
-        call.task.add_done_callback(self.live.discard)
+        self.live.add(call)
+        call.task.add_done_callback(lambda _: self.live.discard(call))
         return call, LocalResponses(call)
 
     async def drain(self, grace_s: float) -> None:
         """Let live streams finish for up to `grace_s`, then cancel the rest (as the gRPC server's
         stop does its calls) and wait briefly for their clean-up."""
         if self.live:
-            await asyncio.wait(set(self.live), timeout=grace_s)
-        for task in list(self.live):
-            task.cancel()
+            await asyncio.wait({call.task for call in self.live}, timeout=grace_s)
+        for call in list(self.live):
+            call.cancel()
         if self.live:
-            await asyncio.wait(set(self.live), timeout=5.0)
+            await asyncio.wait({call.task for call in self.live}, timeout=5.0)
 
 
 def model_type_name(model: voices_pb2.ModelVoices) -> str:
