@@ -70,8 +70,9 @@
 #                            side is build/head.tar when there is one (scripts/ab_base.sh COMMIT head), else
 #                            this tree; GAPLESS_HEAD_ARGS (bench_e2e flags, e.g. --vocoder-arg=--dtype=bfloat16)
 #                            go to the head side only; the load comes from GAPLESS_CLIENT_PROCS (4) client
-#                            processes, and each level records the services' CPU: gapless.txt,
-#                            gapless-SIDE.log and .json
+#                            processes of GAPLESS_CLIENT_CHANNELS (4) connections each (the launcher's
+#                            gateway workers take whole connections), and each level records the
+#                            services' CPU: gapless.txt, gapless-SIDE.log and .json
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -262,7 +263,7 @@ e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, dr
   QWEN3_TTS_COMMIT=$commit timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py "$@" --stack-dir "$dir" \
     --model "$CKPT" --device cuda --concurrency "${GAPLESS_LEVELS:-64,256}" \
     --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 --single-repeats 2 \
-    --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --out "$OUT/gapless-$side.json" > "$OUT/gapless-$side.log" 2>&1
+    --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" --out "$OUT/gapless-$side.json" > "$OUT/gapless-$side.log" 2>&1
   echo "== $side $commit (exit $?)" >> "$OUT/gapless.txt"
   grep -E "^c=|stalls > |cpu %|^first request" "$OUT/gapless-$side.log" >> "$OUT/gapless.txt" \
     || tail -5 "$OUT/gapless-$side.log" >> "$OUT/gapless.txt"

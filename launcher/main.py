@@ -43,10 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port; 0 picks a free one, -1 off")
     p.add_argument("--http-port", type=int, default=8000,
                    help="OpenAI-compatible HTTP API, WebSocket and page (on --host); 0 picks a free one, -1 off")
-    p.add_argument("--gateway-workers", type=int, default=1,
+    p.add_argument("--gateway-workers", type=int, default=0,
                    help="gateway processes sharing the gRPC port (SO_REUSEPORT: the kernel spreads client connections "
                         "among them; one Python event loop is what a burst of word-by-word streams saturates first). "
-                        "The first also serves HTTP and metrics")
+                        "The first also serves HTTP and metrics. 0 (default): 4 on a GPU (a core each, a quarter of "
+                        "the host's at most), 1 on CPU")
     p.add_argument("--health-timeout-s", type=float, default=600.0, help="deadline for the stack to be SERVING")
     p.add_argument("--drain-grace-s", type=float, default=10.0)
     p.add_argument("--work-dir", help="logs and ready files (default: a new temp dir)")
@@ -99,6 +100,16 @@ PINS = {
 }
 
 
+def default_gateway_workers(device: str, num_cpus: int | None = None) -> int:
+    """4 gateway processes beside a GPU stack, at most a quarter of the host's cores (H200, 256
+    word-by-word streams in a closed loop: a call waited p95 1.19 s between the client opening it and
+    the gateway starting it with one process, 0.02-0.06 s with four); 1 on CPU, where the model
+    services need the cores."""
+    if not device.startswith("cuda"):
+        return 1
+    return max(1, min(4, (num_cpus or os.cpu_count() or 1) // 4))
+
+
 def role_of(child: Child) -> str:
     """"gateway" for every gateway worker ("gateway", "gateway-2", ...), else the child's name."""
     return child.name.split("-", 1)[0]
@@ -146,9 +157,10 @@ def run(args) -> int:
     except ValueError as exc:
         logger.error("%s", exc)
         return 2
-    if args.gateway_workers < 1:
-        logger.error("--gateway-workers must be at least 1, got %d", args.gateway_workers)
+    if args.gateway_workers < 0:
+        logger.error("--gateway-workers must be 0 (automatic) or more, got %d", args.gateway_workers)
         return 2
+    args.gateway_workers = args.gateway_workers or default_gateway_workers(args.device)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -58,3 +58,11 @@ def test_two_gateway_workers_share_the_port_and_each_serves_connections(tmp_path
         code = stack.stop(30)
     assert code == 0
     assert not any(is_alive(w["pid"]) for w in workers.values())
+
+
+def test_the_default_is_four_gateway_workers_beside_a_gpu_and_one_on_cpu():
+    from launcher.main import default_gateway_workers
+    assert default_gateway_workers("cpu", num_cpus=64) == 1
+    assert default_gateway_workers("cuda", num_cpus=16) == 4
+    assert default_gateway_workers("cuda:1", num_cpus=128) == 4
+    assert default_gateway_workers("cuda", num_cpus=8) == 2 and default_gateway_workers("cuda", num_cpus=2) == 1
