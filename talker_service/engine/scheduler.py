@@ -60,11 +60,13 @@ class Scheduler:
         self.queued[request.request_id] = request
         return ahead
 
-    def take_prefills(self) -> list[EngineRequest]:
-        """Queued requests that can be prefilled now, each moved to RUNNING with a slot."""
+    def take_prefills(self, limit: int | None = None) -> list[EngineRequest]:
+        """Queued requests that can be prefilled now, each moved to RUNNING with a slot; at most
+        `limit` (the server's admission: vocoder slots, deadline pressure), None: no bound."""
         chosen = []
+        cap = self.max_prefill_batch if limit is None else min(self.max_prefill_batch, limit)
         for request in list(self.queued.values()):
-            if not self.free_slots or len(chosen) >= self.max_prefill_batch:
+            if not self.free_slots or len(chosen) >= cap:
                 break
             if not request.feed.is_prefill_ready:
                 continue    # waits for text; later arrivals that are ready go ahead of it

@@ -48,6 +48,10 @@ class TalkerServiceConfig:
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
     cadence_margin_ms: float = 0.0       # > 0: prefill arrivals only within the running streams' slack less
     cadence_max_hold_ms: float = 500.0   # this margin, each held at most this long (engine/cadence.py); 0: off
+    # > 0: while a vocoder reports late chunks, queued requests wait up to this long before their
+    # prefill (server/admission.py); 0: off (not yet measured on a GPU). Free vocoder slots gate
+    # admission either way.
+    deadline_hold_ms: float = 0.0
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)
     max_text_tokens: int = 4096
@@ -89,8 +93,9 @@ class TalkerServiceConfig:
                      "max_step_stall_s", "max_voice_batch_audio_s", "voice_warm_up_timeout_s", "busy_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.debug_step_delay_s < 0:
-            problems.append(f"debug_step_delay_s must be >= 0, got {self.debug_step_delay_s}")
+        for name in ("debug_step_delay_s", "deadline_hold_ms"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("max_slots", "max_queued", "max_cached_voices"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (0: auto), got {getattr(self, name)}")

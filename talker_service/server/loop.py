@@ -37,6 +37,7 @@ from talker_service.server.outbox import Outbox
 from talker_service.server.routes import RouteTable
 from talker_service.server.start import StartReader
 from talker_service.server.stats import talker_stats
+from talker_service.server.admission import Admission
 from talker_service.server.vocoders import VocoderLink, VocoderLinks
 from talker_service.server.voice_jobs import VoiceEncoding, VoiceRequests
 
@@ -100,6 +101,9 @@ class TalkerServer:
         self.generations = AdminGenerations(self.routes, self.engine)
         self.housekeeping = Housekeeping(self.vocoders, self.gateways, self.routes, self.heartbeats,
                                          gateway_check_interval_s=cfg.heartbeat_interval_ms / 1e3)
+        # queued requests start only into free vocoder slots, and wait while a vocoder is behind
+        self.admission = Admission(self.vocoders, self.engine.oldest_ready_arrival_s, cfg.deadline_hold_ms / 1e3)
+        self.engine.admission_limit = self.admission.limit
 
     def init_handlers(self) -> None:
         intake = self.intake

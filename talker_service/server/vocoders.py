@@ -66,6 +66,12 @@ class VocoderLink:
         return (int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
                 - len(self.unopened))
 
+    @property
+    def free_slots(self) -> int:
+        """Slots free at its last heartbeat, less the streams opened there since: how many more it
+        can open now (streams routed here but not opened yet are the ones that would take them)."""
+        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+
     def opened(self, request_id: str) -> None:
         """The stream's FramesOpen goes out now: from here the vocoder's own load counts it."""
         self.unopened.discard(request_id)

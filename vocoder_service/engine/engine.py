@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Callable
 
 import numpy as np
 
 from service_common.audio_samples import NO_FAULTS, FaultLog, SampleFaults, repaired
+from service_common.playback import AUDIBLE_STALL_S
 from vocoder_service.engine.batch_fill import fill_batches, spare_streams
 from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
@@ -98,6 +100,7 @@ class VocoderEngine:
                                            config.sample_rate_hz / config.samples_per_frame,
                                            config.launch_cost_row_frames)
         self._last_plan_deferred = 0
+        self._late_at_s: deque[float] = deque(maxlen=4096)   # when audible late chunks left (num_late_recent)
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -359,6 +362,8 @@ class VocoderEngine:
         stats["max_lateness_ms"] = max(stats["max_lateness_ms"], lateness_s * 1e3)
         if timing is None:
             return
+        if lateness_s >= AUDIBLE_STALL_S:
+            self._late_at_s.append(self.clock())
         cause = late_cause(timing, deadline_s)
         stats[f"late_{cause}"] += 1
         if lateness_s >= LOG_LATE_S:
@@ -366,6 +371,14 @@ class VocoderEngine:
                         "from the deadline, decode %.0f ms in a batch of %d)", stream.request_id, num_frames,
                         lateness_s * 1e3, cause, (timing.oldest_frame_s - deadline_s) * 1e3,
                         (timing.decode_start_s - deadline_s) * 1e3, timing.decode_ms, timing.batch_size)
+
+    def num_late_recent(self, window_s: float = 1.0) -> int:
+        """Chunks that left audibly late (AUDIBLE_STALL_S or more) within the last `window_s`: what
+        heartbeats tell talkers, which may hold new streams back meanwhile."""
+        horizon_s = self.clock() - window_s
+        while self._late_at_s and self._late_at_s[0] < horizon_s:
+            self._late_at_s.popleft()
+        return len(self._late_at_s)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _fail(self, stream: StreamState, code: str, message: str) -> ErrorOut:

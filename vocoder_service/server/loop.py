@@ -74,7 +74,7 @@ class VocoderServer:
         self.poller.register(self.recv_from_talkers, zmq.POLLIN)
         self.poller.register(self.admin.fileno(), zmq.POLLIN)
         self.next_maintenance_s = 0.0
-        self.announced_slots_used = 0
+        self.announced_slots_used, self.announced_late = 0, False
         logger.info("vocoder %s receiving frames on %s", self.peer_id, self.endpoint)
 
     def init_handlers(self) -> None:
@@ -256,11 +256,13 @@ class VocoderServer:
         return engine_load(self.engine, self.runner.stats)
 
     def send_credits(self) -> None:
-        """Credits: talkers learn at once when slots free up (the heartbeat thread repeats them each period)."""
-        used = self.engine.slots.num_used
-        if used < self.announced_slots_used:
+        """Credits: talkers learn at once when slots free up, and when chunks start (or stop) being
+        late, so a talker holding new streams back hears it (the heartbeat thread repeats both each
+        period)."""
+        used, is_late = self.engine.slots.num_used, self.engine.num_late_recent() > 0
+        if used < self.announced_slots_used or is_late != self.announced_late:
             self.broadcast_heartbeat()
-        self.announced_slots_used = used
+        self.announced_slots_used, self.announced_late = used, is_late
 
     def maintenance(self) -> None:
         now = time.monotonic()

@@ -42,7 +42,7 @@ def engine_load(engine: VocoderEngine, runner_stats: RunnerStats) -> common_pb2.
         num_slots_total=engine.config.max_slots, num_slots_used=engine.slots.num_used,
         num_frames_queued=num_queued,
         max_frames_queued=engine.config.max_slots * engine.config.max_pending_frames,
-        step_time_ms=runner_stats.step_time.recent_mean_ms(),
+        step_time_ms=runner_stats.step_time.recent_mean_ms(), num_late_chunks_recent=engine.num_late_recent(),
     )
 
 
