@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from service_common.startup import StartupError
 
@@ -124,3 +125,17 @@ class MetricFamilies:
     def counter(self, name: str, documentation: str, value: float) -> None:
         """`name` without `_total`: the exposition adds it."""
         self.families.append(CounterMetricFamily(self.prefix + name, documentation, value=value))
+
+
+class ServerCollector(Collector):
+    """A service's metrics, read at scrape time from its server object: one registry per instance
+    (tests run several services in one process). The endpoint comes up before the model loads;
+    until `attach(server)` the subclass reports only that it is not serving yet."""
+
+    def __init__(self) -> None:
+        self.server = None
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+
+    def attach(self, server) -> None:
+        self.server = server

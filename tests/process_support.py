@@ -8,6 +8,7 @@ deadline.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -16,6 +17,15 @@ from pathlib import Path
 from launcher.processes import Child
 
 KILL_WAIT_S = 10.0
+
+
+def is_alive(pid: int) -> bool:
+    """Whether process `pid` still exists (a zombie counts: it has not been reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def free_port() -> int:

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import pytest
 
 from client import TtsClient, make_config
-from process_support import LauncherProcess
+from process_support import LauncherProcess, is_alive
 from protos.tts.v1 import config_pb2
 
 pytestmark = pytest.mark.timeout(300)
 NUM_CONNECTIONS = 16     # all 16 on one of 2 workers by chance: 1 in 32768
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_two_gateway_workers_share_the_port_and_each_serves_connections(tmp_path):

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from client import TtsClient, make_config
-from process_support import LauncherProcess
+from process_support import LauncherProcess, is_alive
 from protos.tts.v1 import config_pb2
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,14 +35,6 @@ def launch(work: Path, *extra: str) -> LauncherProcess:
 def ready_of(work: Path, name: str) -> dict:
     path = work / f"{name}.ready.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def kill_leftovers(work: Path) -> None:

@@ -23,8 +23,7 @@ from process_support import VocoderProcess
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from service_common.metrics import MetricsServer
 from test_deploy_support import CHART
-from test_vocoder_process_support import TalkerStandIn, entry, one_cpu_thread, random_codes
-from vocoder_service.runtime.runner import DecoderRunner
+from test_vocoder_process_support import TalkerStandIn, entry, random_codes, runner_factory  # noqa: F401 (a fixture)
 from vocoder_service.server.admin_jobs import AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
@@ -32,13 +31,6 @@ from vocoder_service.server.metrics import ENGINE_COUNTERS
 
 WAIT_S = 30.0
 SPF = 1920
-
-
-@pytest.fixture(scope="module")
-def runner_factory():
-    model_dir = resolve_model_dir("tiny")
-    with one_cpu_thread():
-        yield lambda max_slots: DecoderRunner.from_pretrained(model_dir, max_slots)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 import torch
 import zmq
 
@@ -196,3 +197,14 @@ class TalkerStandIn:
         self.dealer.close(linger=0)
         self.gateway.close(linger=0)
         self.context.term()
+
+
+@pytest.fixture(scope="module")
+def runner_factory():
+    """max_slots -> the tiny decoder's runner on one CPU thread (in-process vocoder servers)."""
+    from checkpoint.files import resolve_model_dir
+    from vocoder_service.runtime.runner import DecoderRunner
+
+    model_dir = resolve_model_dir("tiny")
+    with one_cpu_thread():
+        yield lambda max_slots: DecoderRunner.from_pretrained(model_dir, max_slots)

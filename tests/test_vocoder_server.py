@@ -10,23 +10,14 @@ import time
 import numpy as np
 import pytest
 
-from checkpoint.files import resolve_model_dir
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
-from test_vocoder_process_support import TalkerStandIn, entry, one_cpu_thread, random_codes
-from vocoder_service.runtime.runner import DecoderRunner
+from test_vocoder_process_support import TalkerStandIn, entry, random_codes, runner_factory  # noqa: F401 (a fixture)
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
 
 WAIT_S = 20.0
 SPF = 1920
-
-
-@pytest.fixture(scope="module")
-def runner_factory():
-    model_dir = resolve_model_dir("tiny")
-    with one_cpu_thread():
-        yield lambda max_slots: DecoderRunner.from_pretrained(model_dir, max_slots)
 
 
 @pytest.fixture

@@ -8,10 +8,7 @@ prometheus_client's HTTP thread.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.registry import Collector
-
-from service_common.metrics import MetricFamilies
+from service_common.metrics import MetricFamilies, ServerCollector
 
 PREFIX = "qwen3_tts_talker_"
 
@@ -28,18 +25,9 @@ ENGINE_COUNTERS = {
 }
 
 
-class TalkerMetrics(Collector):
-    """One registry per talker. The endpoint comes up before the model loads; until
-    `attach(server)` only `qwen3_tts_talker_serving 0` is reported."""
-
-    def __init__(self) -> None:
-        self.server = None
-        self.registry = CollectorRegistry()
-        self.registry.register(self)
-
-    def attach(self, server) -> None:
-        """`server`: the TalkerServer (engine, busy, latest_load, stop_requested)."""
-        self.server = server
+class TalkerMetrics(ServerCollector):
+    """Read from the attached TalkerServer (engine, busy, latest_load,
+    stop_requested); only `serving 0` until attached."""
 
     def collect(self):
         server = self.server

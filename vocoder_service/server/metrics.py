@@ -11,10 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.registry import Collector
-
-from service_common.metrics import MetricFamilies
+from service_common.metrics import MetricFamilies, ServerCollector
 
 PREFIX = "qwen3_tts_vocoder_"
 
@@ -65,18 +62,9 @@ class DeadlineTotals:
         return totals
 
 
-class VocoderMetrics(Collector):
-    """One registry per vocoder (tests run several in one process). The endpoint comes up before
-    the model loads; until `attach(server)` only `qwen3_tts_vocoder_serving 0` is reported."""
-
-    def __init__(self) -> None:
-        self.server = None
-        self.registry = CollectorRegistry()
-        self.registry.register(self)
-
-    def attach(self, server) -> None:
-        """`server`: the VocoderServer (engine, runner, busy, latest_load, stats, deadline_totals)."""
-        self.server = server
+class VocoderMetrics(ServerCollector):
+    """Read from the attached VocoderServer (engine, runner, busy,
+    latest_load, stats, deadline_totals); only `serving 0` until attached."""
 
     def collect(self):
         server = self.server
