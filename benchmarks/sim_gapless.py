@@ -33,13 +33,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from service_common.frame_budget import FRAME_RATE_HZ  # noqa: E402
 from service_common.playback import PlaybackClock, stall_report  # noqa: E402
 from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
 from vocoder_service.engine.deadlines import DeadlinePolicy  # noqa: E402
 from vocoder_service.engine.engine import VocoderEngine  # noqa: E402
 
-FRAME_S = 0.08
+FRAME_S = 1.0 / FRAME_RATE_HZ
 SPF = 4
 SAMPLE_RATE_HZ = int(SPF / FRAME_S)
 

@@ -16,7 +16,6 @@ from protos.tts.v1 import voices_pb2
 logger = logging.getLogger(__name__)
 
 NATIVE_SAMPLE_RATE_HZ = 24000
-FRAME_RATE_HZ = 12.5
 _MODEL_TYPES = {
     "base": voices_pb2.MODEL_TYPE_BASE,
     "custom_voice": voices_pb2.MODEL_TYPE_CUSTOM_VOICE,

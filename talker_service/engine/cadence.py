@@ -20,7 +20,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FRAME_S = 0.08   # audio of one codec frame (12.5 frames/s)
+from service_common.frame_budget import FRAME_RATE_HZ
+
+FRAME_S = 1.0 / FRAME_RATE_HZ   # audio of one codec frame
 
 
 @dataclass
