@@ -139,3 +139,26 @@ def test_late_chunks_are_counted_by_where_their_time_went():
     stats = engine.deadline_stats
     assert stats["late_chunks"] == stats["late_talker"] == 1 and stats["late_queued"] == stats["late_decode"] == 0
     assert abs(stats["max_lateness_ms"] - 100.0) < 1e-6
+
+
+def test_a_step_decodes_its_most_urgent_batch_first():
+    # a stream 140 ms past its deadline (its 4-frame catch-up chunk in the 4-frame bucket) and three
+    # first chunks that arrived after that deadline (2-frame bucket): with launches free in the cost
+    # model nothing is padded or merged (2 + 1 first chunks, 1 late row), and the late stream's batch
+    # goes first (its chunk leaves when that batch is read back), not last for its larger bucket
+    clock = [0.0]
+    runner = CountingRunner()
+    config = VocoderEngineConfig(max_slots=8, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
+                                 chunk=ChunkPolicy(2, 8, quick_first_max_streams=0), launch_cost_row_frames=0.0)
+    engine = VocoderEngine(runner, config, clock=lambda: clock[0])
+    engine.open("late")
+    engine.add_frames("late", 0, np.ones((2, 16), np.int64))
+    engine.step()                                     # 160 ms of audio from t = 0
+    clock[0] = 0.30
+    engine.add_frames("late", 1, np.ones((10, 16), np.int64))
+    for i in range(3):
+        engine.open(f"new{i}")
+        engine.add_frames(f"new{i}", 0, np.ones((2, 16), np.int64))
+    outs = engine.step()
+    assert runner.calls[1:] == [(1, 4), (2, 2), (1, 2)]
+    assert [o.request_id for o in outs] == ["late", "new0", "new1", "new2"]
