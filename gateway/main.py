@@ -36,7 +36,9 @@ def config_from(argv: list[str], environ: Mapping[str, str]) -> GatewayConfig:
 async def serve(config: GatewayConfig) -> int:
     from checkpoint.files import resolve_model_dir  # no torch unless an uncached tiny model must be generated
     from gateway.server import GatewayServer
+    from gateway.workers import for_worker
 
+    config = for_worker(config)   # a worker's own audio endpoint and metrics port
     server = GatewayServer(config, resolve_model_dir(config.model))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -49,7 +51,11 @@ async def serve(config: GatewayConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = config_from(sys.argv[1:] if argv is None else argv, os.environ)
+    argv = sys.argv[1:] if argv is None else argv
+    config = config_from(argv, os.environ)
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.workers > 1:   # this process supervises; the workers serve (gateway/workers.py)
+        from gateway.workers import supervise
+        return run_main("python -m gateway", lambda: supervise(config, argv))
     return run_main("python -m gateway", lambda: asyncio.run(serve(config)))

@@ -81,7 +81,8 @@ class GatewayServer:
         if config.http_port >= 0:
             from gateway.http.serve import HttpFront  # starlette/uvicorn only when the HTTP face is on
             # The HTTP face calls this servicer in-process: same admission, limits, metrics, statuses.
-            self.http = HttpFront(config.http_host, config.http_port, self.servicer, config.max_text_chars)
+            self.http = HttpFront(config.http_host, config.http_port, self.servicer, config.max_text_chars,
+                                  config.reuse_port)
             self.http_port = self.http.bind()   # before gRPC starts, as the metrics port
         await self.server.start()
         self.backend.start()

@@ -44,10 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=int, default=8000,
                    help="OpenAI-compatible HTTP API, WebSocket and page (on --host); 0 picks a free one, -1 off")
     p.add_argument("--gateway-workers", type=int, default=0,
-                   help="gateway processes sharing the gRPC port (SO_REUSEPORT: the kernel spreads client connections "
-                        "among them; one Python event loop is what a burst of word-by-word streams saturates first). "
-                        "The first also serves HTTP and metrics. 0 (default): 4 on a GPU (a core each, a quarter of "
-                        "the host's at most), 1 on CPU")
+                   help="the gateway's --workers: processes sharing its gRPC and HTTP ports (SO_REUSEPORT: the kernel "
+                        "spreads client connections among them; one Python event loop is what a burst of word-by-word "
+                        "streams saturates first). 0 (default): 4 on a GPU (at most a quarter of the host's cores), "
+                        "1 on CPU")
     p.add_argument("--health-timeout-s", type=float, default=600.0, help="deadline for the stack to be SERVING")
     p.add_argument("--drain-grace-s", type=float, default=10.0)
     p.add_argument("--work-dir", help="logs and ready files (default: a new temp dir)")
@@ -110,11 +110,6 @@ def default_gateway_workers(device: str, num_cpus: int | None = None) -> int:
     return max(1, min(4, (num_cpus or os.cpu_count() or 1) // 4))
 
 
-def role_of(child: Child) -> str:
-    """"gateway" for every gateway worker ("gateway", "gateway-2", ...), else the child's name."""
-    return child.name.split("-", 1)[0]
-
-
 def memory_share(device: str, role: str) -> list[str]:
     """Talker and vocoder share the launcher's one GPU: each gets its part (a --<role>-arg given
     later on the command line still wins)."""
@@ -135,6 +130,9 @@ def write_ready(path: str | None, ready: dict, children: list[Child]) -> None:
     if not path:
         return
     ready["pids"] = {c.name: c.proc.pid for c in children}
+    for child in children:   # a gateway with workers: the supervisor above, each worker here
+        for index, worker in enumerate(child.info.get("workers") or []):
+            ready["pids"][f"{child.name}-worker-{index}"] = worker["pid"]
     tmp = Path(path + ".tmp")
     tmp.write_text(json.dumps(ready))
     os.replace(tmp, path)
@@ -144,7 +142,7 @@ def stop_all(children: list[Child], grace_s: float) -> None:
     """Gateway first (drains), then talker, then vocoder; each is killed if it overstays."""
     for child in reversed(children):
         child.terminate()
-        code = child.wait_or_kill(grace_s + 5.0 if role_of(child) == "gateway" else 15.0)
+        code = child.wait_or_kill(grace_s + 5.0 if child.name == "gateway" else 15.0)
         logger.info("%s stopped (exit %s)", child.name, code)
 
 
@@ -182,19 +180,12 @@ def run(args) -> int:
         gateway_common = ["--model", str(model_dir), "--model-name", Path(args.model).name,
                           "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info),
                           "--grpc-host", args.host, "--metrics-host", args.host, "--http-host", args.host,
-                          "--drain-grace-s", str(args.drain_grace_s)]
-        shared = ["--reuse-port"] if args.gateway_workers > 1 else []
-        gateway = Child("gateway", "gateway", gateway_common + shared + [
-            "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
-            "--http-port", str(args.http_port), *args.gateway_arg], work_dir)
+                          "--drain-grace-s", str(args.drain_grace_s)]   # (the gateway supervises its workers)
+        gateway = Child("gateway", "gateway", gateway_common + [
+            "--workers", str(args.gateway_workers), "--grpc-port", str(args.grpc_port),
+            "--metrics-port", str(args.metrics_port), "--http-port", str(args.http_port), *args.gateway_arg], work_dir)
         children.append(gateway)
         info = gateway.wait_ready(deadline_s, stop.is_set)
-        for worker in range(2, args.gateway_workers + 1):   # more loops on the port the first one bound
-            extra = Child(f"gateway-{worker}", "gateway", gateway_common + shared + [
-                "--grpc-port", str(info["grpc_port"]), "--metrics-port", "-1", "--http-port", "-1",
-                *args.gateway_arg], work_dir)
-            children.append(extra)
-            extra.wait_ready(deadline_s, stop.is_set)
         target = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{info['grpc_port']}"
         wait_serving(target, deadline_s, children)
         ready = {"grpc_target": target, "metrics_port": info["metrics_port"], "work_dir": str(work_dir)}
@@ -207,7 +198,7 @@ def run(args) -> int:
         print(f'try: python -m client "Hello from Qwen3 TTS." --target {target} -o hello.wav', flush=True)
         supervisor = Supervisor(policy, on_ready=lambda child: write_ready(args.ready_file, ready, children))
         for child in children:
-            supervisor.add(child, PINS[role_of(child)])
+            supervisor.add(child, PINS[child.name])
         while not stop.wait(0.2):
             supervisor.poll()
         logger.info("stopping: draining the gateway for up to %.1f s", args.drain_grace_s)

@@ -124,8 +124,9 @@ def compose_stack(name: str, tmp_path):
     """compose_run of COMPOSE_FILES[name] with the tiny checkpoint on CPU: (process, ready file, its
     contents) once every replica is SERVING; SIGTERM (then SIGKILL) in the end."""
     ready = tmp_path / "ready.json"
+    # two gateway workers (the files' default is 4): the group starts, serves and stops as compose runs it
     env = dict(os.environ, QWEN3_TTS_MODEL="tiny", QWEN3_TTS_VOCODER_CPU_THREADS="1", QWEN3_TTS_TALKER_CPU_THREADS="1",
-               PYTHONPATH=str(REPO))
+               QWEN3_TTS_GATEWAY_WORKERS="2", PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "launcher.compose_run", str(COMPOSE_FILES[name]), "--set",
                              "device=cpu", "--work-dir", str(tmp_path / "work"), "--ready-file", str(ready),
                              "--health-timeout-s", "150"], cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -28,9 +28,10 @@ class _InLoopServer(uvicorn.Server):
 
 
 class HttpFront:
-    def __init__(self, host: str, port: int, servicer: TextToSpeechServicer, max_text_chars: int) -> None:
+    def __init__(self, host: str, port: int, servicer: TextToSpeechServicer, max_text_chars: int,
+                 reuse_port: bool = False) -> None:
         """`servicer`: the gateway's own, called in-process (local_calls.py)."""
-        self.host, self.requested_port = host, port
+        self.host, self.requested_port, self.reuse_port = host, port, reuse_port
         self.client = LocalGateway(servicer)
         self.app = build_app(self.client, max_text_chars)
         self.port = 0
@@ -53,6 +54,8 @@ class HttpFront:
                              socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.reuse_port:   # gateway workers share the port (gateway/workers.py)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             sock.bind((self.host, self.requested_port))
         except OSError as exc:
