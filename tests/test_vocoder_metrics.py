@@ -23,7 +23,7 @@ from process_support import VocoderProcess
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from service_common.metrics import MetricsServer
 from test_deploy_support import CHART
-from test_vocoder_process_support import TalkerStandIn, entry, random_codes, runner_factory  # noqa: F401 (a fixture)
+from test_vocoder_process_support import TalkerStandIn, entry, pump, random_codes, runner_factory  # noqa: F401 (a fixture)
 from vocoder_service.server.admin_jobs import AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
@@ -60,13 +60,6 @@ def served(runner_factory):
         talker.close()
         if not server.context.closed:
             server.close()
-
-
-def pump(server: VocoderServer, until, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not until():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        server.run_once()
 
 
 def pump_for(server: VocoderServer, seconds: float) -> None:

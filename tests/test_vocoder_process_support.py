@@ -208,3 +208,11 @@ def runner_factory():
     model_dir = resolve_model_dir("tiny")
     with one_cpu_thread():
         yield lambda max_slots: DecoderRunner.from_pretrained(model_dir, max_slots)
+
+
+def pump(server, until, timeout_s: float = 30.0) -> None:
+    """Run an in-process VocoderServer's loop (run_once) until `until()` holds; fail after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        server.run_once()

@@ -5,14 +5,13 @@ talkers interfering with each other's requests, and route/slot bookkeeping over 
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2
-from test_vocoder_process_support import TalkerStandIn, entry, random_codes, runner_factory  # noqa: F401 (a fixture)
+from test_vocoder_process_support import TalkerStandIn, entry, pump, random_codes, runner_factory  # noqa: F401 (a fixture)
 from vocoder_service.server.config import VocoderServiceConfig
 from vocoder_service.server.loop import VocoderServer
 
@@ -42,13 +41,6 @@ def server_and_talkers(runner_factory):
             talker.close()
         if not server.context.closed:
             server.close()
-
-
-def pump(server: VocoderServer, until, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not until():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        server.run_once()
 
 
 def error_for(server: VocoderServer, talker: TalkerStandIn, request_id: str) -> common_pb2.Error:
