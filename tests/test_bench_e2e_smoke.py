@@ -27,7 +27,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
                            "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson,burst",
                                                        "--stack-dir", str(ROOT), "--launcher-arg=--http-port=-1",
-                                                       "--client-procs", "2"]
+                                                       "--client-procs", "2", "--client-channels", "2"]
                                                       if stagger else []),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
