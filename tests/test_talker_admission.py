@@ -37,57 +37,89 @@ def beat(links: VocoderLinks, index: int, now_s: float, used: int, late: int = 0
         num_slots_total=total, num_slots_used=used, num_late_chunks_recent=late)), now_s)
 
 
-def test_queued_requests_start_only_into_free_vocoder_slots(links):
+def test_a_request_starts_only_into_a_free_slot_of_its_own_vocoder(links):
     clock = [100.0]
-    admission = Admission(links, lambda: 99.9, hold_s=0.0, clock=lambda: clock[0])
-    assert admission.limit() is None                  # no vocoder heard from yet: no bound from them
-    beat(links, 0, 100.0, used=6)
-    assert admission.limit() == 2
-    beat(links, 1, 100.0, used=8)                     # full: it adds nothing
-    assert admission.limit() == 2
-    links.links[0].opened("a")                        # a stream opened since the heartbeat
-    assert admission.limit() == 1
-    links.links[0].opened("b")
-    assert admission.limit() == 0                     # the queue waits for the next heartbeat's slots
-    beat(links, 0, 100.1, used=5)
-    assert admission.limit() == 3
+    routed = {"a": links.links[0], "b": links.links[0], "c": links.links[1], "admin": None}
+    admission = Admission(links, routed.get, lambda: 99.9, hold_s=0.0, clock=lambda: clock[0])
+    admission.begin()
+    assert admission.could_start("a")                 # its vocoder not heard from yet: no bound from it
+    beat(links, 0, 100.0, used=7)                     # one slot free on vocoder 0
+    beat(links, 1, 100.0, used=8)                     # vocoder 1 full
+    admission.begin()
+    assert admission.take("a") and links.links[0].admitted == {"a"}
+    assert not admission.could_start("b")             # a's slot is spoken for until a's stream opens
+    assert not admission.take("c")                    # c waits for its own vocoder, whatever 0 has
+    assert admission.take("admin")                    # not routed to a vocoder: no gate
+    links.links[0].opened("a")                        # a's stream opened: counted by the vocoder's load now
+    assert links.links[0].admitted == set() and not admission.could_start("b")
+    beat(links, 0, 100.1, used=6)                     # two free at the next heartbeat
+    admission.begin()
+    assert admission.take("b")
+    clock[0] = 105.0                                  # vocoder 1 silent past its timeout: not held here
+    admission.begin()
+    assert admission.could_start("c")
 
 
 def test_late_chunks_hold_arrivals_for_at_most_the_hold_time(links):
     clock = [100.0]
     arrived = [None]
-    admission = Admission(links, lambda: arrived[0], hold_s=0.5, clock=lambda: clock[0])
+    routed = {"a": links.links[0]}
+    admission = Admission(links, routed.get, lambda: arrived[0], hold_s=0.5, clock=lambda: clock[0])
     beat(links, 0, 100.0, used=0, late=3)
-    assert admission.limit() == 8 and admission.num_holds == 0   # nothing waits: nothing to hold
+    admission.begin()
+    assert admission.could_start("a") and admission.num_holds == 0   # nothing waits: nothing to hold
     arrived[0] = 99.9
-    assert admission.limit() == 0 and admission.is_holding and admission.num_holds == 1
+    admission.begin()
+    assert not admission.could_start("a") and admission.is_holding and admission.num_holds == 1
     clock[0] = 100.45                                 # waited 0.55 s: starts whatever the vocoder says
-    assert admission.limit() == 8 and not admission.is_holding
+    admission.begin()
+    assert admission.could_start("a") and not admission.is_holding
     clock[0], arrived[0] = 100.5, 100.4
     beat(links, 0, 100.5, used=0, late=0)             # the vocoder caught up: no hold
-    assert admission.limit() == 8 and admission.num_holds == 1
+    admission.begin()
+    assert admission.could_start("a") and admission.num_holds == 1
     # off (hold 0): late chunks never hold
     beat(links, 0, 100.5, used=0, late=5)
-    assert Admission(links, lambda: 100.4, hold_s=0.0, clock=lambda: clock[0]).limit() == 8
+    off = Admission(links, routed.get, lambda: 100.4, hold_s=0.0, clock=lambda: clock[0])
+    off.begin()
+    assert off.could_start("a")
 
 
-def test_the_engine_starts_no_prefill_while_the_limit_is_zero():
+class OnlyFirst:
+    """A gate that lets `allowed` requests start (the engine's view of server/admission.py)."""
+
+    def __init__(self, allowed: set) -> None:
+        self.allowed, self.taken = allowed, []
+
+    def begin(self) -> None:
+        pass
+
+    def could_start(self, request_id) -> bool:
+        return request_id in self.allowed
+
+    def take(self, request_id) -> bool:
+        if request_id in self.allowed:
+            self.taken.append(request_id)
+            return True
+        return False
+
+
+def test_the_engine_starts_only_what_the_gate_lets_through_and_does_not_spin_while_it_holds():
     with one_cpu_thread():
         config = EngineConfig(max_slots=4, max_seq_len=128, **ENGINE_DEFAULTS)
         engine = TalkerEngine(ModelRunner.from_checkpoint(resolve_model_dir("tiny"), config))
-        limit = [0]
-        engine.admission_limit = lambda: limit[0]
+        engine.admission = gate = OnlyFirst(set())
         got = Collector()
-        add(engine, "held", text_ids(1, 8), 1, max_new_tokens=4, min_new_tokens=4)
+        add(engine, "first", text_ids(1, 8), 1, max_new_tokens=4, min_new_tokens=4)
         add(engine, "second", text_ids(2, 8), 2, max_new_tokens=4, min_new_tokens=4)
         assert not engine.has_runnable()              # queued and ready, but nothing may start: no busy loop
         assert engine.admit() == [] and engine.oldest_ready_arrival_s() is not None
-        limit[0] = 1                                  # one slot freed at a vocoder: one starts
-        assert engine.has_runnable() and engine.admit() == ["held"]
-        limit[0] = None
+        gate.allowed = {"second"}                     # the second's vocoder has room, the first's not
+        assert engine.has_runnable() and engine.admit() == ["second"] and gate.taken == ["second"]
+        engine.admission = None
         for _ in range(12):
             got.take(engine.step())
-        assert set(got.frames) == {"held", "second"}
+        assert set(got.frames) == {"first", "second"}
 
 
 def test_the_vocoder_counts_audible_late_chunks_over_the_last_second():

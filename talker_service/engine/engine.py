@@ -95,9 +95,9 @@ class TalkerEngine:
         self.cadence = (CadenceGuard(self.config.cadence_margin_ms / 1e3, self.config.cadence_max_hold_ms / 1e3)
                         if self.config.cadence_margin_ms > 0 else None)
         self.num_prefill_held_steps = 0   # steps that had prompts to prefill and ran none (cadence)
-        # how many queued requests may start now (None: as many as slots allow); the server sets it
-        # from its vocoders' free slots and deadline pressure (server/admission.py)
-        self.admission_limit: Callable[[], int | None] = lambda: None
+        # the server's admission (server/admission.py: the request's vocoder has a free slot, no
+        # deadline pressure): `could_start(id)` asks, `take(id)` commits; None: slots alone decide
+        self.admission = None
         self._step_has_prefill = False
 
     # ---- requests in ------------------------------------------------------------------------
@@ -176,13 +176,19 @@ class TalkerEngine:
         """Arrival (engine clock) of the longest-waiting queued request whose prefill could start."""
         return min((r.arrival_s for r in self.scheduler.queued.values() if r.feed.is_prefill_ready), default=None)
 
+    def _any_may_start(self) -> bool:
+        gate = self.admission
+        if gate is not None:
+            gate.begin()
+        return any(r.feed.is_prefill_ready and (gate is None or gate.could_start(r.request_id))
+                   for r in self.scheduler.queued.values())
+
     def has_runnable(self) -> bool:
         """Something a step would do now (a ready prefill with a free slot, or an unparked request)."""
         s = self.scheduler
         return bool(self._prefilling) or self._launched is not None or \
             any(r.feed.is_step_ready for r in s.running.values()) or (
-                bool(s.free_slots) and any(r.feed.is_prefill_ready for r in s.queued.values())
-                and self.admission_limit() != 0)
+                bool(s.free_slots) and self._any_may_start())
 
     # ---- the step ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -193,7 +199,10 @@ class TalkerEngine:
         now: a voice clone's vocoder stream can then be opened (and primed with the reference
         codes) while this step's prefill runs, instead of after the first frame.
         """
-        prefills = self.scheduler.take_prefills(self.admission_limit())
+        gate = self.admission
+        if gate is not None:
+            gate.begin()
+        prefills = self.scheduler.take_prefills(None if gate is None else gate.take)
         if prefills:
             self._start_prefills(prefills)
         return [r.request_id for r in prefills]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Container, Hashable
+from typing import Callable, Container, Hashable
 
 from talker_service.engine.request import EngineError, EngineRequest, RequestState
 
@@ -60,16 +60,18 @@ class Scheduler:
         self.queued[request.request_id] = request
         return ahead
 
-    def take_prefills(self, limit: int | None = None) -> list[EngineRequest]:
-        """Queued requests that can be prefilled now, each moved to RUNNING with a slot; at most
-        `limit` (the server's admission: vocoder slots, deadline pressure), None: no bound."""
+    def take_prefills(self, may_start: Callable[[Hashable], bool] | None = None) -> list[EngineRequest]:
+        """Queued requests that can be prefilled now, each moved to RUNNING with a slot.
+        `may_start(request_id)`: the server's admission (its vocoder's free slots, deadline
+        pressure); it is asked only for a request that would start, and True commits it."""
         chosen = []
-        cap = self.max_prefill_batch if limit is None else min(self.max_prefill_batch, limit)
         for request in list(self.queued.values()):
-            if not self.free_slots or len(chosen) >= cap:
+            if not self.free_slots or len(chosen) >= self.max_prefill_batch:
                 break
             if not request.feed.is_prefill_ready:
                 continue    # waits for text; later arrivals that are ready go ahead of it
+            if may_start is not None and not may_start(request.request_id):
+                continue    # its vocoder is full (or behind): another's request may go
             del self.queued[request.request_id]
             request.slot = self.free_slots.pop()
             request.state = RequestState.RUNNING

@@ -1,16 +1,20 @@
-"""How many queued requests may start their prefill now: the vocoders' free slots, and their
-playback deadlines (issue #36).
+"""Which queued requests may start their prefill now: their vocoder's free slots, and the
+vocoders' playback deadlines (issue #36).
 
-- **Free slots.** A stream opens on its vocoder with its first frame. Prefilling requests that no
-  vocoder has a slot for made the vocoder refuse them ("all 256 decoder slots are in use":
-  RESOURCE_EXHAUSTED to a client the talker had admitted): they now wait in the talker's queue until
-  a heartbeat announces free slots (a vocoder sends one at once when slots free up).
+- **Free slots.** A request is routed to a vocoder at START, and its stream opens there with its
+  first frame. Prefilling a request whose vocoder had no slot made that vocoder refuse it ("all 256
+  decoder slots are in use": RESOURCE_EXHAUSTED to a client the talker had admitted; 388 of 1024
+  Poisson arrivals at 256 streams on an H200). Now it waits in the talker's queue until a heartbeat
+  announces a free slot there (a vocoder sends one at once when slots free up); requests routed to
+  a vocoder with room go ahead of it.
 - **Deadline pressure** (`hold_s` > 0). While a vocoder reports chunks that reached their listener
   late within the last second (`Load.num_late_chunks_recent`), more arrivals would add prefill work
   and first chunks in front of running streams that are already behind: queued requests wait (their
   TTFA grows, the summary's queue_ms says by how much) for at most `hold_s` each, then start anyway.
 
-Pure bookkeeping over the links' last heartbeats: testable with a fake clock and no sockets.
+The engine asks `could_start` (has_runnable: may a step start anything?) and commits with `take`
+(the request starts: its vocoder counts it admitted until its stream opens); `begin()` once a round.
+Pure bookkeeping over the routes and the links' last heartbeats: testable with a fake clock.
 """
 from __future__ import annotations
 
@@ -18,36 +22,54 @@ import logging
 import time
 from typing import Callable
 
-from talker_service.server.vocoders import VocoderLinks
+from talker_service.server.vocoders import VocoderLink, VocoderLinks
 
 logger = logging.getLogger(__name__)
 
 
 class Admission:
-    def __init__(self, vocoders: VocoderLinks, oldest_waiting_s: Callable[[], float | None], hold_s: float,
+    def __init__(self, vocoders: VocoderLinks, link_of: Callable[[str], VocoderLink | None],
+                 oldest_waiting_s: Callable[[], float | None], hold_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`oldest_waiting_s()`: when the longest-waiting queued request that could start arrived
-        (None: none waits)."""
-        self.vocoders, self.oldest_waiting_s, self.hold_s, self.clock = vocoders, oldest_waiting_s, hold_s, clock
+        """`link_of(request_id)`: the vocoder a request was routed to (None: not routed, e.g. an
+        admin GenerateCodes request: no gate); `oldest_waiting_s()`: when the longest-waiting
+        queued request that could start arrived (None: none waits)."""
+        self.vocoders, self.link_of, self.oldest_waiting_s = vocoders, link_of, oldest_waiting_s
+        self.hold_s, self.clock = hold_s, clock
         self.is_holding = False
+        self._now_s = clock()
         self.num_holds = 0           # times admission was held for deadline pressure (log and tests)
 
-    def limit(self) -> int | None:
-        """Requests that may start now; None: no bound from the vocoders (none healthy: the requests
-        fail on their own path, as before)."""
-        now_s = self.clock()
-        healthy = [link for link in self.vocoders.links if link.is_healthy(now_s, self.vocoders.timeout_s)]
-        if not healthy:
-            return None
-        free = sum(max(0, link.free_slots) for link in healthy)
-        behind = [link.name for link in healthy if link.load.num_late_chunks_recent]
-        arrived_s = self.oldest_waiting_s()
-        hold = bool(self.hold_s > 0 and behind and arrived_s is not None and now_s - arrived_s < self.hold_s)
-        if hold != self.is_holding:
-            self.is_holding = hold
-            if hold:
+    def begin(self) -> None:
+        """Once per admission round: is a vocoder behind, and has nothing waited past hold_s?"""
+        hold = False
+        now_s = self._now_s = self.clock()
+        if self.hold_s > 0:
+            behind = [link.name for link in self.vocoders.links
+                      if link.is_healthy(now_s, self.vocoders.timeout_s) and link.load.num_late_chunks_recent]
+            arrived_s = self.oldest_waiting_s() if behind else None
+            hold = arrived_s is not None and now_s - arrived_s < self.hold_s
+            if hold and not self.is_holding:
                 self.num_holds += 1
                 logger.info("holding new streams: vocoder %s reports late chunks", ", ".join(behind))
-            else:
+            elif self.is_holding and not hold:
                 logger.info("admitting new streams again")
-        return 0 if hold else free
+        self.is_holding = hold
+
+    def could_start(self, request_id: str) -> bool:
+        link = self.link_of(request_id)
+        if link is None:
+            return True
+        if self.is_holding:
+            return False
+        # a vocoder not (or no longer) heard from announces no slots: its own path fails such requests
+        return not link.is_healthy(self._now_s, self.vocoders.timeout_s) or link.free_slots > 0
+
+    def take(self, request_id: str) -> bool:
+        """`could_start`, and if so the request counts against its vocoder's free slots from now."""
+        if not self.could_start(request_id):
+            return False
+        link = self.link_of(request_id)
+        if link is not None:
+            link.admitted.add(request_id)
+        return True

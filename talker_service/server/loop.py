@@ -102,8 +102,13 @@ class TalkerServer:
         self.housekeeping = Housekeeping(self.vocoders, self.gateways, self.routes, self.heartbeats,
                                          gateway_check_interval_s=cfg.heartbeat_interval_ms / 1e3)
         # queued requests start only into free vocoder slots, and wait while a vocoder is behind
-        self.admission = Admission(self.vocoders, self.engine.oldest_ready_arrival_s, cfg.deadline_hold_ms / 1e3)
-        self.engine.admission_limit = self.admission.limit
+        self.admission = Admission(self.vocoders, self._vocoder_of, self.engine.oldest_ready_arrival_s,
+                                   cfg.deadline_hold_ms / 1e3)
+        self.engine.admission = self.admission
+
+    def _vocoder_of(self, request_id: str) -> VocoderLink | None:
+        route = self.routes.get(request_id)
+        return None if route is None else route.vocoder
 
     def init_handlers(self) -> None:
         intake = self.intake

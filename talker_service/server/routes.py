@@ -74,6 +74,7 @@ class RouteTable:
         if route.vocoder is not None:
             route.vocoder.streams.discard(route.request_id)
             route.vocoder.unopened.discard(route.request_id)
+            route.vocoder.admitted.discard(route.request_id)
         if route.gateway is not None:
             self.gateways.discard_request(route.gateway, route.request_id)
 

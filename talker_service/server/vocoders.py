@@ -42,6 +42,8 @@ class VocoderLink:
     # START waited for a talker slot): the vocoder's load cannot count them at any heartbeat.
     unopened: set = field(default_factory=set)
     num_opened_since_heartbeat: int = 0     # opened after the load of the last heartbeat was taken
+    # Routed here, let start their prefill (server/admission.py), not opened yet: each will take a slot
+    admitted: set = field(default_factory=set)
     last_stream_handle: int = 0             # FramesOpen.handle given to the latest stream opened here
 
     def new_stream_handle(self) -> int:
@@ -68,13 +70,15 @@ class VocoderLink:
 
     @property
     def free_slots(self) -> int:
-        """Slots free at its last heartbeat, less the streams opened there since: how many more it
-        can open now (streams routed here but not opened yet are the ones that would take them)."""
-        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+        """Slots free at its last heartbeat, less the streams opened there since and those admitted
+        to a prefill that have not opened yet: how many more requests may start for it now."""
+        return (int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+                - len(self.admitted))
 
     def opened(self, request_id: str) -> None:
         """The stream's FramesOpen goes out now: from here the vocoder's own load counts it."""
         self.unopened.discard(request_id)
+        self.admitted.discard(request_id)
         self.num_opened_since_heartbeat += 1
 
 
