@@ -53,8 +53,9 @@ async def serve(config: GatewayConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config = config_from(argv, os.environ)
+    worker = f"[worker {config.worker_index}] " if config.reuse_port else ""   # one of --workers N
     logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=f"%(asctime)s %(levelname)s {worker}%(name)s: %(message)s")
     if config.workers > 1:   # this process supervises; the workers serve (gateway/workers.py)
         from gateway.workers import supervise
         return run_main("python -m gateway", lambda: supervise(config, argv))

@@ -1,9 +1,17 @@
-"""Prometheus metrics of the gateway, served over HTTP by prometheus_client."""
+"""Prometheus metrics of the gateway, served over HTTP by prometheus_client.
+
+Gateway workers (`--workers N`, gateway/workers.py) share one view: their supervisor gives them a
+PROMETHEUS_MULTIPROC_DIR, prometheus_client keeps each worker's values in files there, and every
+worker's /metrics serves the sum over all of them (gauges: streams in progress summed over the live
+workers; what each worker reads from the talkers' heartbeats, their most recent value).
+"""
 from __future__ import annotations
 
 import logging
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from service_common.audio_samples import FaultLog, SampleFaults
 from service_common.metrics import MetricsServer
@@ -40,10 +48,12 @@ class GatewayMetrics:
         self.stage_s = Histogram("tts_stage_seconds", "Server time per request by pipeline stage", ["stage"],
                                  buckets=_STAGE_BUCKETS_S, registry=r)
         self.audio_s = Counter("tts_audio_seconds", "Audio produced, seconds (rate() = audio-s/s)", registry=r)
-        self.active_streams = Gauge("tts_active_streams", "Synthesis calls in progress", registry=r)
+        self.active_streams = Gauge("tts_active_streams", "Synthesis calls in progress", registry=r,
+                                    multiprocess_mode="livesum")
         self.queue_depth = Gauge("tts_talker_queue_depth", "Requests queued in the talkers (heartbeat load)",
-                                 registry=r)
-        self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r)
+                                 registry=r, multiprocess_mode="mostrecent")
+        self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r,
+                                     multiprocess_mode="mostrecent")
         # Audio that is not audio (service_common/audio_samples.py): chunks with NaN/inf samples, found by
         # the vocoder or here, sent as 0; chunks with samples at or past full scale (clamped unless FLOAT32)
         self.nonfinite_chunks = Counter("tts_audio_nonfinite_chunks", "Audio chunks with NaN/inf samples (sent as 0)",
@@ -68,5 +78,10 @@ class GatewayMetrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Starts the HTTP endpoint (a daemon thread, for the process's life); returns the bound port
-        (port 0 picks a free one). StartupError when it cannot be bound."""
-        return MetricsServer(self.registry, host, port).port
+        (port 0 picks a free one). StartupError when it cannot be bound. A gateway worker serves all
+        workers' values together (the module's docstring)."""
+        registry = self.registry
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+        return MetricsServer(registry, host, port).port

@@ -10,9 +10,11 @@ cores. A client that multiplexes all its streams on one connection still reaches
 This process only supervises: it starts worker 0 (which binds the ports, any free one for port 0),
 then the others on the same ports; each worker has its own audio endpoint and metrics port (a
 fixed port p becomes p + its index: the vocoders push PCM to the worker that asked, by address).
-Its ready file holds worker 0's ports and every worker's pid. SIGTERM / SIGINT are passed on (each
-worker drains its own streams); a worker that dies ends the group with exit status 1, so the
-orchestrator (compose, Kubernetes, the launcher) restarts the whole gateway.
+Its ready file holds worker 0's ports and every worker's pid; every worker's /metrics serves all
+workers' values together (a shared PROMETHEUS_MULTIPROC_DIR), and each log line says which worker
+wrote it. SIGTERM / SIGINT are passed on (each worker drains its own streams); a worker that dies
+ends the group with exit status 1, so the orchestrator (compose, Kubernetes, the launcher) restarts
+the whole gateway.
 """
 from __future__ import annotations
 
@@ -76,11 +78,13 @@ class _Worker:
     def __init__(self, index: int, argv: list[str], ports: list[str], ready_dir: Path) -> None:
         self.index = index
         self.ready_file = ready_dir / f"worker-{index}.ready.json"
+        # their metrics together: every worker's /metrics serves all workers' values (gateway/metrics.py)
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(ready_dir / "metrics"))
         # later flags win: the supervisor's own flags (and --workers N) are overridden per worker
         command = [sys.executable, "-m", "gateway", *argv, "--workers", "1", "--worker-index", str(index),
                    "--reuse-port", "--ready-file", str(self.ready_file), *ports]
         # its logs go where ours go (the container's output); it gets SIGTERM if we die, even by SIGKILL
-        self.proc = subprocess.Popen(command, preexec_fn=_terminate_with_parent)
+        self.proc = subprocess.Popen(command, env=env, preexec_fn=_terminate_with_parent)
 
     def wait_ready(self, deadline_s: float, stop: threading.Event) -> dict:
         while time.monotonic() < deadline_s and not stop.is_set():
@@ -102,6 +106,7 @@ def supervise(config: GatewayConfig, argv: list[str]) -> int:
     workers: list[_Worker] = []
     try:
         with tempfile.TemporaryDirectory(prefix="gateway-workers-") as ready_dir:
+            (Path(ready_dir) / "metrics").mkdir()
             deadline_s = time.monotonic() + READY_TIMEOUT_S
             first = _Worker(0, argv, ["--grpc-port", str(config.grpc_port), "--http-port", str(config.http_port)],
                             Path(ready_dir))
