@@ -20,6 +20,7 @@ from typing import Callable
 
 from vocoder_service.engine.batcher import PlannedBatch, ReadyRow
 from vocoder_service.engine.chunk_policy import smallest_bucket_at_least
+from vocoder_service.engine.deadlines import urgency_key_s
 from vocoder_service.engine.stream_state import StreamState
 
 
@@ -70,13 +71,7 @@ def spare_streams(streams: list[StreamState], in_step: set[str], now_s: float,
     """Streams that could take a row now but are in no batch of this step: audio frames waiting, no
     voice-clone priming pending, and a stream that has not started only with a whole first chunk
     (`min_first_frames`: a shorter one would start its listener with less audio than the first
-    chunk policy gives). Running streams by playback deadline, then those that have not started
-    (their first frames' arrival), so the most urgent take the free rows first."""
-    def key(stream: StreamState) -> tuple[int, float]:
-        if stream.playback.is_started:
-            return 0, stream.playback.deadline_s
-        return 1, stream.oldest_pending_s if stream.oldest_pending_s is not None else now_s
-
+    chunk policy gives). Most urgent first (`urgency_key_s`, as the scheduler orders rows)."""
     ready = [s for s in streams if s.request_id not in in_step and s.num_pending and not s.num_context_pending
              and (s.playback.is_started or s.num_pending >= min_first_frames or s.ended)]
-    return sorted(ready, key=key)
+    return sorted(ready, key=lambda stream: urgency_key_s(stream, now_s))

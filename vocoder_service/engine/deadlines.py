@@ -75,6 +75,15 @@ class DeadlinePolicy:
             raise ValueError(f"step_window must be >= 1, got {self.step_window}")
 
 
+def urgency_key_s(stream: StreamState, now_s: float) -> float:
+    """When a stream's listener needs its next audio: a running stream's playback deadline, or the
+    arrival of a first chunk's oldest frame (its listener has waited since; now if none is there).
+    Steps take rows, free padded rows and batch order all by this key, earliest first."""
+    if stream.playback.is_started:
+        return stream.playback.deadline_s
+    return now_s if stream.oldest_pending_s is None else stream.oldest_pending_s
+
+
 @dataclass
 class Candidate:
     row: ReadyRow
@@ -179,7 +188,7 @@ class DeadlineScheduler:
         playback = stream.playback
         if not playback.is_started:
             target = self.chunk.chunk_frames(0, num_open)
-            oldest = now_s if stream.oldest_pending_s is None else stream.oldest_pending_s
+            oldest = urgency_key_s(stream, now_s)
             expires_s = oldest + self.chunk.max_wait_ms / 1e3
             if pending < target and not stream.ended and now_s < expires_s:
                 return None, expires_s

@@ -23,7 +23,7 @@ from vocoder_service.engine.batcher import PlannedBatch, ReadyRow, plan_batches
 from vocoder_service.engine.chunk_policy import batch_buckets
 from vocoder_service.engine.codes import NUM_CODE_GROUPS, validate_codes
 from vocoder_service.engine.config import VocoderEngineConfig
-from vocoder_service.engine.deadlines import DeadlineScheduler
+from vocoder_service.engine.deadlines import DeadlineScheduler, urgency_key_s
 from vocoder_service.engine.gather import gather_batch
 from vocoder_service.engine.liveness import silent_streams
 from vocoder_service.engine.outputs import ChunkTiming, EngineError, ErrorOut, PcmOut
@@ -256,7 +256,7 @@ class VocoderEngine:
                                                                      self._covering_shape)
         # the most urgent batch first: each batch's chunks leave when it is read back, so a due
         # 16-frame chunk must not queue behind a batch of first chunks planned in bucket order
-        batches.sort(key=self._urgency)
+        batches.sort(key=lambda b: min(urgency_key_s(self.streams[r.request_id], step_start_s) for r in b.rows))
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
@@ -274,18 +274,6 @@ class VocoderEngine:
                                         ended_s - step_start_s)
             self.scheduler.note_step_end(ended_s - step_start_s, ended_s, self._last_plan_deferred > 0)
         return out
-
-    def _urgency(self, batch: PlannedBatch) -> float:
-        """The earliest of its rows' keys (as the scheduler orders them): a running stream's playback
-        deadline, or the arrival of a first chunk's oldest frame (its listener waits since then)."""
-        keys = []
-        for row in batch.rows:
-            stream = self.streams[row.request_id]
-            if stream.playback.is_started:
-                keys.append(stream.playback.deadline_s)
-            else:
-                keys.append(stream.oldest_pending_s if stream.oldest_pending_s is not None else stream.opened_at_s)
-        return min(keys)
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:
         """-> (pending decode or the exception that stopped it, the rows' arrival times, decode start)."""
