@@ -226,13 +226,14 @@ class Backend:
         streams on it when that is higher: heartbeats lag a burst of new requests). Ties go round
         the list from the one after the last pick: always the first of equals would send every
         stream of a lightly loaded stack (one at a time) to one talker."""
-        healthy = self.healthy_talkers()
+        now_s, n = time.monotonic(), len(self.talkers)
+        healthy = [(t.score(), (i - self._next_pick) % n, i) for i, t in enumerate(self.talkers)
+                   if t.is_healthy(now_s, self.peer_timeout_s)]
         if not healthy:
             return None
-        n = len(self.talkers)
-        talker = min(healthy, key=lambda t: (t.score(), (self.talkers.index(t) - self._next_pick) % n))
-        self._next_pick = (self.talkers.index(talker) + 1) % n
-        return talker
+        _, _, i = min(healthy)
+        self._next_pick = (i + 1) % n
+        return self.talkers[i]
 
     @property
     def is_serving(self) -> bool:
