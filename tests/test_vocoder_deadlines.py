@@ -275,13 +275,19 @@ def test_the_due_horizon_keeps_the_longest_recent_step_cycle_and_a_busy_loops_se
     sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010)  # the slow one leaves the window
     assert sched.due_horizon_s == pytest.approx(0.020)
     # the loop went straight back (work was left): the 30 ms it spent sending before this plan count
-    sched.note_step_end(0.010, now_s=1.0, work_left=True)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010, ended_s=1.0, work_left=True)
     sched.plan([], now_s=1.030)
     assert sched.step_s == pytest.approx(0.040)
     # after an idle gap (nothing was left) the wait is not part of any step
-    sched.note_step_end(0.010, now_s=2.0, work_left=False)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010, ended_s=2.0, work_left=False)
     sched.plan([], now_s=5.0)
     assert sched.step_s == pytest.approx(0.040)
+    # one window entry per step: the busy step leaves only after four later ones
+    for _ in range(2):
+        sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010)
+    assert sched.step_s == pytest.approx(0.040)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010)
+    assert sched.step_s == pytest.approx(0.010)
 
 
 def test_a_due_stream_with_frames_waiting_takes_enough_audio_to_leave_the_due_horizon():

@@ -112,13 +112,19 @@ class DeadlineScheduler:
         self._last_step: tuple[float, float] | None = None  # (its elapsed, when it ended) while work waited
 
     # ---- learning ---------------------------------------------------------------------------
-    def observe_step(self, row_frames: int, num_batches: int, elapsed_s: float) -> None:
+    def observe_step(self, row_frames: int, num_batches: int, elapsed_s: float, ended_s: float | None = None,
+                     work_left: bool = False) -> None:
         """A step decoded `row_frames` padded frames in `num_batches` launches in `elapsed_s` (plan
-        to last chunk out). The time per row-frame is learned from steps of at least two steady
-        chunks only: smaller ones are launch-bound, and their rate would promise a budget (and a
-        step) several times too large."""
+        to last chunk out), ending at `ended_s`. It is one step cycle of the due horizon's window;
+        with `work_left` (rows it deferred wait) the loop comes straight back, and the gap to the
+        next plan (sending, receiving) joins the cycle there (`note_plan`). The time per row-frame
+        is learned from steps of at least two steady chunks only: smaller ones are launch-bound,
+        and their rate would promise a budget (and a step) several times too large."""
         a = self.policy.step_time_alpha
-        self._record_cycle(elapsed_s)
+        if work_left and ended_s is not None:
+            self._last_step = (elapsed_s, ended_s)
+        else:
+            self._record_cycle(elapsed_s)
         if row_frames < 2 * self.chunk.steady_chunk_frames:
             return
         rate = elapsed_s / (row_frames + num_batches * self.launch_cost_row_frames)
@@ -128,18 +134,12 @@ class DeadlineScheduler:
         self._cycles_s.append(cycle_s)
         self.step_s = max(self._cycles_s)
 
-    def note_step_end(self, elapsed_s: float, now_s: float, work_left: bool) -> None:
-        """The step just ended (after `elapsed_s`); `work_left`: rows it deferred wait, so the loop
-        comes straight back and the gap to the next plan (sending, receiving) is part of the cycle."""
-        self._last_step = (elapsed_s, now_s) if work_left else None
-
     def note_plan(self, now_s: float) -> None:
-        """A plan begins: a busy loop's gap since the last step's end joins that step's cycle."""
+        """A plan begins: a busy loop's last step, with its gap since it ended, is one cycle."""
         if self._last_step is not None:
             elapsed_s, ended_s = self._last_step
             self._last_step = None
-            if now_s - ended_s > 0:
-                self._record_cycle(elapsed_s + now_s - ended_s)
+            self._record_cycle(elapsed_s + max(0.0, now_s - ended_s))
 
     @property
     def due_horizon_s(self) -> float:

@@ -271,8 +271,7 @@ class VocoderEngine:
         if batches:   # what a step of this many padded frames takes: the deadline scheduler's budget
             ended_s = self.clock()
             self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
-                                        ended_s - step_start_s)
-            self.scheduler.note_step_end(ended_s - step_start_s, ended_s, self._last_plan_deferred > 0)
+                                        ended_s - step_start_s, ended_s, work_left=self._last_plan_deferred > 0)
         return out
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:
