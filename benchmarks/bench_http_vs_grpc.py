@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.client_procs import round_robin, run_parts  # noqa: E402
 from benchmarks.commit import git_commit  # noqa: E402
 from benchmarks.device_name import stack_gpu_name  # noqa: E402
 from benchmarks.proc_cpu import cpu_seconds  # noqa: E402
@@ -99,16 +100,12 @@ def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_tar
     """One level from --client-procs processes (a Python client is slower per chunk over HTTP than
     over gRPC; several processes keep the client from being what is measured). `gateway_pid`: its
     CPU seconds over the level are recorded (None where /proc cannot be read)."""
-    import multiprocessing
     procs = max(1, min(args.client_procs, concurrency))
-    jobs = [(transport, len(range(p, concurrency, procs)), list(range(p, num_streams, procs)), args, grpc_target,
-             http_url) for p in range(procs)]
+    widths = [len(part) for part in round_robin(list(range(concurrency)), procs)]
+    jobs = [(transport, width, seeds, args, grpc_target, http_url)
+            for width, seeds in zip(widths, round_robin(list(range(num_streams)), procs))]
     cpu_before_s = cpu_seconds(gateway_pid) if gateway_pid else None
-    if procs == 1:
-        parts = [_client_process(jobs[0])]
-    else:
-        with multiprocessing.get_context("spawn").Pool(procs) as pool:
-            parts = pool.map(_client_process, jobs)
+    parts = [done["result"] for done in run_parts(_client_process, [(job,) for job in jobs])]
     cpu_after_s = cpu_seconds(gateway_pid) if gateway_pid else None
     gateway_cpu_s = cpu_after_s - cpu_before_s if cpu_before_s is not None and cpu_after_s is not None else None
     rows = [row for part in parts for row in part["rows"]]
