@@ -76,11 +76,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "no healthy talker with a vocoder is reachable")
         remaining_s = context.time_remaining()
         deadline_unix_ms = int((time.time() + remaining_s) * 1e3) if remaining_s is not None else 0
-        session = Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
-                          new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
-                          self.metrics.count_audio_faults)
-        session.entered_s = entered_s
-        return session
+        return Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
+                       new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
+                       self.metrics.count_audio_faults, entered_s)
 
     async def _fail(self, context, exc: RequestError, request_id: str = "-") -> None:
         self.metrics.errors.labels(exc.code.name).inc()

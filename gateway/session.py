@@ -64,9 +64,11 @@ class Session:
     def __init__(self, backend: Backend, tokenizer: TextTokenizer, resolved: Resolved, talker: TalkerPeer,
                  max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
                  idle_timeout_s: float, encoder: StreamEncoder | None = None,
-                 on_audio_faults: Callable[[str, int, SampleFaults, int], None] | None = None) -> None:
+                 on_audio_faults: Callable[[str, int, SampleFaults, int], None] | None = None,
+                 entered_s: float | None = None) -> None:
         """`on_audio_faults(request_id, seq, faults, num_samples)`: a chunk had NaN/inf samples (found by
-        the vocoder or the encoder, sent as 0) or samples at or past full scale (GatewayMetrics counts them)."""
+        the vocoder or the encoder, sent as 0) or samples at or past full scale (GatewayMetrics counts them).
+        `entered_s`: the call's arrival at the gateway (monotonic), for the summary's admit_ms."""
         self.backend, self.resolved, self.talker = backend, resolved, talker
         self.request_id = request_id
         self.max_text_chars = max_text_chars
@@ -79,7 +81,7 @@ class Session:
         self.on_audio_faults = on_audio_faults
         self.num_text_messages = 0
         self.first_text_s: float | None = None
-        self.entered_s: float | None = None   # the call's arrival at the gateway (the servicer sets it)
+        self.entered_s = entered_s
         self.first_audio_s: float | None = None
         self.num_chunks = 0
         self.num_samples_out = 0
