@@ -61,19 +61,22 @@ class VocoderLink:
                 and not self.is_draining and not self.is_retired)
 
     @property
+    def _slots_left(self) -> int:
+        """Free slots it announced, less the streams we opened there since."""
+        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+
+    @property
     def credits(self) -> int:
-        """Free slots it announced, less the streams we opened since and those routed to open later.
+        """Slots left less the streams routed here to open later (a new START's choice).
         Counting a stream from its START, and forgetting it at a heartbeat that could not yet hold it,
         overstated the credits of the vocoder just heard from: a burst of STARTs went mostly there."""
-        return (int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
-                - len(self.unopened))
+        return self._slots_left - len(self.unopened)
 
     @property
     def free_slots(self) -> int:
-        """Slots free at its last heartbeat, less the streams opened there since and those admitted
-        to a prefill that have not opened yet: how many more requests may start for it now."""
-        return (int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
-                - len(self.admitted))
+        """Slots left less the requests admitted to a prefill that have not opened yet: how many
+        more requests routed here may start now (server/admission.py)."""
+        return self._slots_left - len(self.admitted)
 
     def opened(self, request_id: str) -> None:
         """The stream's FramesOpen goes out now: from here the vocoder's own load counts it."""
