@@ -54,8 +54,8 @@ class BusyClock:
     in the ratio from its start, so a loop stuck in one long step reads busy; it counts in the total
     once it ends (a counter must never go back, and a step that found nothing to do is dropped).
 
-    Costs the loop two clock reads, a lock and an append per step; memory is one entry per busy
-    step within the window.
+    Costs the loop two clock reads, a lock and an append per busy step (one clock read per idle
+    one); memory is one entry per busy step within the window.
     """
 
     def __init__(self, window_s: float = DEFAULT_BUSY_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
@@ -75,10 +75,13 @@ class BusyClock:
 
     def end(self, worked: bool = True) -> None:
         """Closes the step `begin()` opened; `worked` False: it found nothing to do (idle, not counted)."""
+        if not worked:   # the common idle turn: no clock read, no lock (one attribute store is atomic)
+            self._open_since = None
+            return
         now = self.clock()
         with self._lock:
             start, self._open_since = self._open_since, None
-            if start is None or not worked:
+            if start is None:
                 return
             self._spans.append((start, now))
             self._spans_s += now - start
@@ -97,8 +100,9 @@ class BusyClock:
             busy_s = self._spans_s
             if self._spans and self._spans[0][0] < window_start:   # the oldest step began before the window
                 busy_s -= window_start - self._spans[0][0]
-            if self._open_since is not None:
-                busy_s += now - max(self._open_since, window_start)
+            open_since = self._open_since   # read once: the loop sets it without the lock
+            if open_since is not None:
+                busy_s += now - max(open_since, window_start)
             elapsed_s = min(self.window_s, now - self._created_s)
         if elapsed_s <= 0:
             return 0.0
