@@ -18,7 +18,7 @@ import pytest
 
 from async_support import run, until
 from checkpoint.files import resolve_model_dir
-from gateway.http.errors import RPC_ERRORS, grpc_error
+from gateway.http.errors import grpc_error
 from gateway.http.local_calls import LocalGateway, LocalRpcError, whole_text_requests
 from protos.tts.v1 import config_pb2, tts_pb2
 from test_gateway_support import POLL_TIMEOUT_S, FakeTalker, running_gateway
@@ -105,7 +105,7 @@ def test_a_failure_mid_stream_comes_after_the_messages_before_it(end, code, http
         return failure.value
     with caplog.at_level(logging.ERROR, logger="gateway.http.local_calls"):
         failure = run(body())
-    assert failure.code() == code and isinstance(failure, RPC_ERRORS)
+    assert failure.code() == code and isinstance(failure, LocalRpcError)
     assert grpc_error(failure)[0] == http_status
     if end == "raise":   # as grpc.aio reports a handler's bug: UNKNOWN naming it, and a log line
         assert "RuntimeError" in failure.details() and "a bug in the handler" in failure.details()

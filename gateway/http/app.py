@@ -9,8 +9,8 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from gateway.http.errors import RPC_ERRORS, grpc_error_response
-from gateway.http.local_calls import LocalGateway
+from gateway.http.errors import grpc_error_response
+from gateway.http.local_calls import LocalGateway, LocalRpcError
 from gateway.http.speech import SpeechEndpoint, list_models
 from gateway.http.voices import delete_voice, list_voices, register_voice
 from gateway.http.ws import StreamSocket
@@ -22,7 +22,7 @@ def build_app(client: LocalGateway, max_text_chars: int) -> Starlette:
     async def models(request: Request):
         try:
             return await list_models(client)
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             return grpc_error_response(exc)
 
     async def voices(request: Request):
@@ -30,7 +30,7 @@ def build_app(client: LocalGateway, max_text_chars: int) -> Starlette:
             if request.method == "POST":
                 return await register_voice(client, request)
             return await list_voices(client)
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             return grpc_error_response(exc)
 
     async def voice(request: Request):

@@ -8,10 +8,6 @@ from starlette.responses import JSONResponse
 
 from gateway.http.local_calls import LocalRpcError
 
-# A call's failure, from a gRPC call or from the servicer called in-process: both have code() and details().
-RpcError = grpc.aio.AioRpcError | LocalRpcError
-RPC_ERRORS = (grpc.aio.AioRpcError, LocalRpcError)   # for except clauses
-
 # status -> (HTTP status, OpenAI error type)
 _HTTP_OF = {
     grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
@@ -45,7 +41,7 @@ def http_status_of(code: grpc.StatusCode) -> tuple[int, str]:
     return _HTTP_OF.get(code, (500, "server_error"))
 
 
-def grpc_error(exc: RpcError) -> tuple[int, dict]:
+def grpc_error(exc: LocalRpcError) -> tuple[int, dict]:
     """(HTTP status, OpenAI error body) of a gRPC failure; `param` is the field its message names."""
     status, error_type = http_status_of(exc.code())
     message = exc.details() or exc.code().name
@@ -58,7 +54,7 @@ def http_error(exc: HttpError) -> tuple[int, dict]:
     return exc.status, error_body(exc.message, error_type, exc.param, f"http_{exc.status}")
 
 
-def grpc_error_response(exc: RpcError) -> JSONResponse:
+def grpc_error_response(exc: LocalRpcError) -> JSONResponse:
     status, body = grpc_error(exc)
     headers = {"Retry-After": str(RETRY_AFTER_S)} if status in (429, 503) else None
     return JSONResponse(body, status_code=status, headers=headers)

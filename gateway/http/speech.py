@@ -16,8 +16,8 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error, grpc_error_response, http_error_response
-from gateway.http.local_calls import LocalGateway, model_type_name, whole_text_requests
+from gateway.http.errors import HttpError, grpc_error, grpc_error_response, http_error_response
+from gateway.http.local_calls import LocalGateway, LocalRpcError, model_type_name, whole_text_requests
 from gateway.http.speech_request import SpeechRequest, parse_speech_request
 from protos.tts.v1 import tts_pb2
 
@@ -55,7 +55,7 @@ class SpeechEndpoint:
                 raise HttpError(502, "the gateway's stream ended before it started") from None
         except HttpError as exc:
             return http_error_response(exc)
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             if responses is not None:
                 await responses.aclose()
             return grpc_error_response(exc)
@@ -79,7 +79,7 @@ class SpeechEndpoint:
             async for message in self._messages(responses):
                 if message.HasField("audio"):
                     yield message.audio.audio
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             # Headers are gone: the only signal left is a body cut short (no terminating chunk).
             logger.info("HTTP speech stream ended early: %s %s", exc.code().name, exc.details())
             raise
@@ -101,7 +101,7 @@ class SpeechEndpoint:
                                 "usage": {"input_tokens": s.num_text_tokens, "output_tokens": s.num_frames,
                                           "total_tokens": s.num_text_tokens + s.num_frames},
                                 "summary": summary_dict(s)})
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             status, body = grpc_error(exc)
             yield _sse({"type": "error", **body, "status": status})
 
@@ -113,7 +113,7 @@ class SpeechEndpoint:
                     pcm.append(message.audio.audio)
                 elif message.HasField("summary"):
                     summary = message.summary
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             return grpc_error_response(exc)
         audio = speech.output.whole_file(np.frombuffer(b"".join(pcm), "<f4"))
         if summary is not None:

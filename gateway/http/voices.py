@@ -6,8 +6,8 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error_response, http_error_response
-from gateway.http.local_calls import LocalGateway, model_type_name
+from gateway.http.errors import HttpError, grpc_error_response, http_error_response
+from gateway.http.local_calls import LocalGateway, LocalRpcError, model_type_name
 from protos.tts.v1 import config_pb2, voices_pb2
 
 # The upload's file name decides how the clip is decoded.
@@ -54,7 +54,7 @@ async def register_voice(client: LocalGateway, request: Request) -> JSONResponse
             overwrite=str(form.get("overwrite") or "").lower() in ("1", "true", "yes", "on")))
     except HttpError as exc:
         return http_error_response(exc)
-    except RPC_ERRORS as exc:
+    except LocalRpcError as exc:
         return grpc_error_response(exc)
     return JSONResponse(_registered(reply.voice), status_code=201)
 
@@ -62,7 +62,7 @@ async def register_voice(client: LocalGateway, request: Request) -> JSONResponse
 async def delete_voice(client: LocalGateway, voice_id: str) -> JSONResponse:
     try:
         reply = await client.delete_voice(voices_pb2.DeleteVoiceRequest(voice_id=voice_id))
-    except RPC_ERRORS as exc:
+    except LocalRpcError as exc:
         if exc.code() == grpc.StatusCode.NOT_FOUND:   # a path that names nothing is a 404, not a 400
             return JSONResponse({"error": {"message": exc.details(), "type": "invalid_request_error",
                                            "param": "voice_id", "code": "not_found"}}, status_code=404)

@@ -19,9 +19,9 @@ import logging
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.http.errors import RPC_ERRORS, HttpError, grpc_error, http_error
+from gateway.http.errors import HttpError, grpc_error, http_error
 from gateway.http.formats import FORMATS
-from gateway.http.local_calls import LocalGateway
+from gateway.http.local_calls import LocalGateway, LocalRpcError
 from gateway.http.speech import summary_dict
 from gateway.http.speech_request import SPEECH_FIELDS, parse_config
 from protos.tts.v1 import config_pb2, tts_pb2
@@ -83,7 +83,7 @@ class StreamSocket:
             reader = asyncio.get_running_loop().create_task(self._read_client(websocket, requests, call, refused))
             try:
                 await self._send_audio(websocket, responses)
-            except (*RPC_ERRORS, asyncio.CancelledError):
+            except (LocalRpcError, asyncio.CancelledError):
                 if refused:    # the reader cancelled the call: report why
                     raise refused[0] from None
                 raise
@@ -94,7 +94,7 @@ class StreamSocket:
             logger.info("WebSocket client went away")
         except HttpError as exc:
             await _fail(websocket, *http_error(exc))
-        except RPC_ERRORS as exc:
+        except LocalRpcError as exc:
             await _fail(websocket, *grpc_error(exc))
         finally:
             if responses is not None:
