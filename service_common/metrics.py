@@ -130,6 +130,13 @@ class MetricFamilies:
         """`name` without `_total`: the exposition adds it."""
         self.families.append(CounterMetricFamily(self.prefix + name, documentation, value=value))
 
+    def busy(self, clock: BusyClock, steps: str, note: str = "") -> None:
+        """busy_ratio, busy_seconds and busy_window_seconds of a loop's BusyClock; `steps`: what it times."""
+        self.gauge("busy_ratio", f"Share of wall time the loop spent in {steps}, over the last {clock.window_s:g} s"
+                   f"{note}", clock.ratio())
+        self.counter("busy_seconds", f"Wall time spent in {steps} (rate() = busy ratio)", clock.total_s())
+        self.gauge("busy_window_seconds", "Sliding window of busy_ratio", clock.window_s)
+
 
 class ServerCollector(Collector):
     """A service's metrics, read at scrape time from its server object: one registry per instance

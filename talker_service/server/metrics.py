@@ -38,10 +38,7 @@ class TalkerMetrics(ServerCollector):
             return out.families
         engine, busy, load = server.engine, server.busy, server.latest_load
         stats = engine.stats
-        out.gauge("busy_ratio", f"Share of wall time the loop spent in engine steps (prefill + decode), over the "
-                  f"last {busy.window_s:g} s", busy.ratio())
-        out.counter("busy_seconds", "Wall time spent in engine steps (rate() = busy ratio)", busy.total_s())
-        out.gauge("busy_window_seconds", "Sliding window of busy_ratio", busy.window_s)
+        out.busy(busy, "engine steps (prefill + decode)")
         running, queued = load["num_slots_used"], load["num_requests_queued"]
         out.gauge("requests_active", "Requests live in the engine: running (in a slot) + queued", running + queued)
         out.gauge("requests_queued", "Requests admitted and waiting for a slot", queued)

@@ -75,11 +75,7 @@ class VocoderMetrics(ServerCollector):
             return out.families
         engine, busy, load = server.engine, server.busy, server.latest_load
         counts = dict(engine.stats)   # the loop thread only bumps values: a copy is consistent enough
-        out.gauge("busy_ratio", f"Share of wall time the loop spent in decode steps that did work, over the last "
-                  f"{busy.window_s:g} s (HPA signal)", busy.ratio())
-        out.counter("busy_seconds", "Wall time spent in decode steps that did work (rate() = busy ratio)",
-                    busy.total_s())
-        out.gauge("busy_window_seconds", "Sliding window of busy_ratio", busy.window_s)
+        out.busy(busy, "decode steps that did work", note=" (HPA signal)")
         out.gauge("open_streams", "Streams open now (each holds a slot)", len(engine.streams))
         out.gauge("slots_used", "Decoder slots in use (at the latest loop turn)", load.num_slots_used)
         out.gauge("max_slots", "Decoder slots in all", load.num_slots_total)
