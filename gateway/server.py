@@ -6,7 +6,6 @@ again whenever none is left or the gateway drains.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from gateway.servicer import TextToSpeechServicer
 from gateway.text_tokenizer import TextTokenizer
 from gateway.voices import VoiceRegistry
 from protos.tts.v1 import tts_pb2, tts_pb2_grpc
+from service_common.process import write_ready_file
 from service_common.reflection import enable_reflection
 from service_common.startup import add_grpc_port, grpc_server_options
 from service_common.strict_requests import add_strict_servicer
@@ -94,9 +94,7 @@ class GatewayServer:
             info = {"grpc_port": self.port, "metrics_port": self.metrics_port, "http_port": self.http_port,
                     "audio_endpoint": self.backend.reply_to,
                     "pid": os.getpid(), "model": name}
-            tmp = Path(config.ready_file + ".tmp")
-            tmp.write_text(json.dumps(info))
-            os.replace(tmp, config.ready_file)
+            write_ready_file(config.ready_file, info)
 
     async def _set_health(self, is_serving: bool) -> None:
         if self.servicer.is_draining:

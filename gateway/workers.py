@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gateway.config import GatewayConfig
+from service_common.process import write_ready_file
 from service_common.startup import EXIT_STARTUP_ERROR, StartupError
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,8 @@ def supervise(config: GatewayConfig, argv: list[str]) -> int:
             infos = [info] + [w.wait_ready(deadline_s, stop) for w in workers[1:]]
             if stop.is_set():
                 return 0
-            _write_ready(config.ready_file, {**info, "pid": os.getpid(), "workers": infos})
+            if config.ready_file:
+                write_ready_file(config.ready_file, {**info, "pid": os.getpid(), "workers": infos})
             logger.info("gateway: %d workers on gRPC port %d (pids %s)", len(workers), info["grpc_port"],
                         ", ".join(str(w.proc.pid) for w in workers))
             while not stop.wait(POLL_S):
@@ -129,14 +131,6 @@ def supervise(config: GatewayConfig, argv: list[str]) -> int:
             return 0
     finally:
         _stop_all(workers, config.drain_grace_s)
-
-
-def _write_ready(path: str, info: dict) -> None:
-    if not path:
-        return
-    tmp = Path(path + ".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, path)
 
 
 def _stop_all(workers: list[_Worker], grace_s: float) -> None:

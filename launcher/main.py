@@ -177,13 +177,12 @@ def run(args) -> int:
                        ["--vocoders", codes_endpoint] + args.talker_arg, work_dir)
         children.append(talker)
         talker_info = talker.wait_ready(deadline_s, stop.is_set)
-        gateway_common = ["--model", str(model_dir), "--model-name", Path(args.model).name,
-                          "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info),
-                          "--grpc-host", args.host, "--metrics-host", args.host, "--http-host", args.host,
-                          "--drain-grace-s", str(args.drain_grace_s)]   # (the gateway supervises its workers)
-        gateway = Child("gateway", "gateway", gateway_common + [
-            "--workers", str(args.gateway_workers), "--grpc-port", str(args.grpc_port),
-            "--metrics-port", str(args.metrics_port), "--http-port", str(args.http_port), *args.gateway_arg], work_dir)
+        gateway = Child("gateway", "gateway", [   # (with --workers N it supervises its worker processes)
+            "--model", str(model_dir), "--model-name", Path(args.model).name,
+            "--talkers", talker_info["requests_endpoint"], *stream_limit(talker_info), "--workers", str(args.gateway_workers),
+            "--grpc-host", args.host, "--grpc-port", str(args.grpc_port), "--metrics-port", str(args.metrics_port),
+            "--metrics-host", args.host, "--http-port", str(args.http_port), "--http-host", args.host,
+            "--drain-grace-s", str(args.drain_grace_s), *args.gateway_arg], work_dir)
         children.append(gateway)
         info = gateway.wait_ready(deadline_s, stop.is_set)
         target = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{info['grpc_port']}"
