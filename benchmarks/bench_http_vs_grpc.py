@@ -95,18 +95,25 @@ def _client_process(job: tuple) -> dict:
     return {"rows": rows, "started_s": started_s, "ended_s": time.time()}
 
 
+def gateway_cpu_seconds(pids: list[int]) -> float | None:
+    """utime + stime of all `pids` together; None without any, or when one cannot be read."""
+    seconds = [cpu_seconds(pid) for pid in pids]
+    return None if not seconds or None in seconds else sum(seconds)
+
+
 def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_target: str, http_url: str,
-              gateway_pid: int | None = None) -> dict:
+              gateway_pids: list[int] = ()) -> dict:
     """One level from --client-procs processes (a Python client is slower per chunk over HTTP than
-    over gRPC; several processes keep the client from being what is measured). `gateway_pid`: its
-    CPU seconds over the level are recorded (None where /proc cannot be read)."""
+    over gRPC; several processes keep the client from being what is measured). `gateway_pids`: the
+    gateway's processes (its worker supervisor and each worker), whose CPU seconds over the level are
+    recorded together (None where /proc cannot be read)."""
     procs = max(1, min(args.client_procs, concurrency))
     widths = [len(part) for part in round_robin(list(range(concurrency)), procs)]
     jobs = [(transport, width, seeds, args, grpc_target, http_url)
             for width, seeds in zip(widths, round_robin(list(range(num_streams)), procs))]
-    cpu_before_s = cpu_seconds(gateway_pid) if gateway_pid else None
+    cpu_before_s = gateway_cpu_seconds(gateway_pids)
     parts = [done["result"] for done in run_parts(_client_process, [(job,) for job in jobs])]
-    cpu_after_s = cpu_seconds(gateway_pid) if gateway_pid else None
+    cpu_after_s = gateway_cpu_seconds(gateway_pids)
     gateway_cpu_s = cpu_after_s - cpu_before_s if cpu_before_s is not None and cpu_after_s is not None else None
     rows = [row for part in parts for row in part["rows"]]
     wall_s = max(p["ended_s"] for p in parts) - min(p["started_s"] for p in parts)
@@ -118,7 +125,7 @@ def run_level(transport: str, concurrency: int, num_streams: int, args, grpc_tar
             "rtf_p50": float(np.median([r["wall_s"] / r["audio_s"] for r in rows])), "wall_s": wall_s,
             # audio messages received (gRPC only: HTTP's chunks are not visible through the client)
             "chunks": sum(r["chunks"] for r in rows) if transport == "grpc" else None,
-            # the gateway process over the level (from spawning the clients to their end; ticks of 10 ms)
+            # the gateway's processes over the level (from spawning the clients to their end; ticks of 10 ms)
             "gateway_cpu_s": gateway_cpu_s,
             "gateway_cpu_ms_per_audio_s": (1e3 * gateway_cpu_s / sum(r["audio_s"] for r in rows)
                                            if gateway_cpu_s is not None else None)}
@@ -162,7 +169,8 @@ def main() -> int:
         args.vocoder_arg += ["--cpu-threads=1"]
     work = Path(tempfile.mkdtemp(prefix="bench-http-"))
     proc, ready = start_stack(args, work)
-    gateway_pid = (ready.get("pids") or {}).get("gateway")
+    # the gateway, and its workers when it runs several (launcher --gateway-workers: 4 beside a GPU)
+    gateway_pids = [pid for name, pid in (ready.get("pids") or {}).items() if name.startswith("gateway")]
     rows = []
     try:
         # warm-up: graphs, caches and the first-request paths of both transports
@@ -173,7 +181,7 @@ def main() -> int:
             for round_index in range(args.rounds):
                 for transport in ("grpc", "http"):
                     row = run_level(transport, concurrency, num_streams, args, ready["grpc_target"], ready["http_url"],
-                                    gateway_pid)
+                                    gateway_pids)
                     row["round"] = round_index
                     rows.append(row)
                     print(f"{transport:4s} c={concurrency:<4d} round {round_index}: TTFA p50 {row['ttfa_p50_ms']:.1f} "
