@@ -3,7 +3,8 @@
 Gateway workers (`--workers N`, gateway/workers.py) share one view: their supervisor gives them a
 PROMETHEUS_MULTIPROC_DIR, prometheus_client keeps each worker's values in files there, and every
 worker's /metrics serves the sum over all of them (gauges: streams in progress summed over the live
-workers; what each worker reads from the talkers' heartbeats, their most recent value).
+workers; the talkers' queue from heartbeats, the most recent value; healthy talkers, the fewest
+any live worker sees).
 """
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ class GatewayMetrics:
                                     multiprocess_mode="livesum")
         self.queue_depth = Gauge("tts_talker_queue_depth", "Requests queued in the talkers (heartbeat load)",
                                  registry=r, multiprocess_mode="mostrecent")
+        # with workers, the fewest any live worker sees: a talker back counts once every worker uses it
         self.healthy_talkers = Gauge("tts_healthy_talkers", "Talkers with a vocoder, reachable", registry=r,
-                                     multiprocess_mode="mostrecent")
+                                     multiprocess_mode="livemin")
         # Audio that is not audio (service_common/audio_samples.py): chunks with NaN/inf samples, found by
         # the vocoder or here, sent as 0; chunks with samples at or past full scale (clamped unless FLOAT32)
         self.nonfinite_chunks = Counter("tts_audio_nonfinite_chunks", "Audio chunks with NaN/inf samples (sent as 0)",
