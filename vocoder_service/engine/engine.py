@@ -28,6 +28,7 @@ from vocoder_service.engine.gather import gather_batch
 from vocoder_service.engine.liveness import silent_streams
 from vocoder_service.engine.outputs import ChunkTiming, EngineError, ErrorOut, PcmOut
 from vocoder_service.engine.slots import SlotPool, SlotPoolFull
+from vocoder_service.engine.step_trace import StepTrace
 from vocoder_service.engine.stream_state import StreamState
 from vocoder_service.runtime.stats import HostTimes
 
@@ -100,6 +101,8 @@ class VocoderEngine:
                                            config.sample_rate_hz / config.samples_per_frame,
                                            config.launch_cost_row_frames)
         self._last_plan_deferred = 0
+        self._last_plan_due = 0
+        self.trace: StepTrace | None = None   # --step-trace: a JSON line per step (step_trace.py)
         self._late_at_s: deque[float] = deque(maxlen=4096)   # when audible late chunks left (num_late_recent)
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
@@ -211,6 +214,7 @@ class VocoderEngine:
                    if s.ended and not s.num_pending and not s.num_context_pending]
         plan = self.scheduler.plan(streams, self.clock())
         self._last_plan_deferred = plan.num_deferred
+        self._last_plan_due = plan.num_due
         if plan_stats is not None:
             plan_stats["due_rows"] += plan.num_due
             plan_stats["deferred_rows"] += plan.num_deferred
@@ -262,17 +266,45 @@ class VocoderEngine:
             self.host_times.count_call()
         # every batch queued first, then read in order: the device goes from one to the next while
         # the host gathers the next batch's codes and emits the previous one's chunks
+        trace = self.trace
+        if trace is not None:
+            traced = self._trace_plan(batches, step_start_s)
+            late_before = self.deadline_stats["late_chunks"]
         launched = [self._launch_batch(batch) for batch in batches]
-        for batch, launch in zip(batches, launched):
+        for i, (batch, launch) in enumerate(zip(batches, launched)):
             done = self._finish_batch(batch, *launch)
             out.extend(done)
+            if trace is not None:
+                traced["b"][i].append(round((self.clock() - step_start_s) * 1e3, 2))
             if done and on_outputs is not None:
                 on_outputs(done)
+        ended_s = self.clock()
         if batches:   # what a step of this many padded frames takes: the deadline scheduler's budget
-            ended_s = self.clock()
             self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
                                         ended_s - step_start_s, ended_s, work_left=self._last_plan_deferred > 0)
+        if trace is not None and (batches or empty):
+            traced["late"] = self.deadline_stats["late_chunks"] - late_before
+            trace.step(step_start_s, ended_s, traced)
         return out
+
+    def _trace_plan(self, batches: list[PlannedBatch], step_start_s: float) -> dict:
+        """The step's plan for the trace: rows, due rows, first chunks (with how long each stream
+        had waited, ms: since it opened, since its oldest and newest frames), batches [rows, frames,
+        first-chunk rows] (the read-back time is appended as each finishes)."""
+        firsts, shapes = [], []
+        for batch in batches:
+            num_first = 0
+            for row in batch.rows:
+                stream = self.streams[row.request_id]
+                if row.emit and not stream.playback.is_started:
+                    num_first += 1
+                    firsts.append([round((step_start_s - t) * 1e3, 1) for t in
+                                   (stream.opened_at_s, stream.oldest_pending_s or step_start_s, stream.last_activity_s)])
+            shapes.append([batch.batch_size, batch.frames_bucket, num_first])
+        return {"plan_ms": round((self.clock() - step_start_s) * 1e3, 2), "open": len(self.streams),
+                "rows": sum(b.batch_size for b in batches), "due": self._last_plan_due,
+                "deferred": self._last_plan_deferred, "step_est_ms": round(self.scheduler.step_s * 1e3, 1),
+                "b": shapes, "firsts": firsts}
 
     def _launch_batch(self, batch: PlannedBatch) -> tuple:
         """-> (pending decode or the exception that stopped it, the rows' arrival times, decode start)."""

@@ -89,6 +89,7 @@ class VocoderServiceConfig:
     max_step_stall_s: float = 60.0       # a loop stuck this long (one step, a deadlock) stops heartbeating,
                                          # so talkers fail its streams as for a dead vocoder
     debug_step_delay_s: float = 0.0      # test hook: sleep this long after each decode step (a slow CPU)
+    step_trace: str = ""                 # a JSON line per decode step to this file (engine/step_trace.py); empty: off
     poll_ms: int = 20                    # longest idle wait; bounds shutdown and timer latency
     max_messages_per_poll: int = 512     # receive drain cap, so frames cannot starve decode
     router_rcv_hwm: int = 10000          # messages queued from all talkers before ZeroMQ pushes back

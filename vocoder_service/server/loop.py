@@ -21,6 +21,7 @@ from protos import wire
 from service_common.heartbeat_thread import HeartbeatThread
 from service_common.metrics import BusyClock
 from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
+from vocoder_service.engine.step_trace import StepTrace
 from vocoder_service.runtime.runner import DecoderRunner
 from vocoder_service.server.admin_jobs import AdminBridge, AdminDecodes, AdminJob
 from vocoder_service.server.config import VocoderServiceConfig
@@ -55,6 +56,8 @@ class VocoderServer:
     def init_engine(self) -> None:
         engine_config = self.config.engine_config(self.runner.samples_per_frame, self.runner.sample_rate_hz)
         self.engine = VocoderEngine(self.runner, engine_config)
+        if self.config.step_trace:
+            self.engine.trace = StepTrace(self.config.step_trace)
         self.stats = ServerStats()
         self.draining_since_s: float | None = None
         # read by the metrics endpoint's thread (server/metrics.py): time in decoding steps, and the
@@ -142,13 +145,19 @@ class VocoderServer:
 
     # ---- receive -----------------------------------------------------------------------------
     def receive(self, timeout_ms: int) -> None:
+        polled_s = time.monotonic()
         self.poller.poll(timeout_ms)
+        waited_ms = (time.monotonic() - polled_s) * 1e3
+        num_received = 0
         for _ in range(self.config.max_messages_per_poll):
             try:
                 frames = self.recv_from_talkers.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
+            num_received += 1
             self.dispatch(frames[0].bytes, frames[1:])
+        if self.engine.trace is not None:
+            self.engine.trace.note_receive(num_received, waited_ms)
 
     def dispatch(self, identity: bytes, body: list) -> None:
         if self.peers.touch(identity, time.monotonic()):
@@ -310,5 +319,7 @@ class VocoderServer:
         self.send_to_gateways.close_all(SHUTDOWN_LINGER_MS)
         self.recv_from_talkers.close(linger=SHUTDOWN_LINGER_MS)
         self.context.term()
+        if self.engine.trace is not None:
+            self.engine.trace.close()
         logger.info("vocoder loop stopped")
 
