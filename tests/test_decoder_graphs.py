@@ -44,6 +44,26 @@ def test_shape_choice_and_limits(model):
         table.find(4, 5).run(np.zeros((3, 16, 6), np.int64), np.arange(3), np.full(3, 6))
 
 
+def test_a_graph_that_replays_slower_than_a_bigger_covering_one_is_passed_over(model):
+    table = emulated_table(StreamingDecoder(model, max_slots=4), batch_sizes=[1, 2, 4], frame_sizes=[2, 4])
+    times = {(1, 2): 3.0, (2, 2): 93.0, (1, 4): 3.2, (4, 2): 7.5, (2, 4): 6.9, (4, 4): 8.0}
+    for shape, ms in times.items():   # what capture measures on a GPU (emulation measures nothing)
+        table.steps[shape].replay_ms = ms
+    table._lookup.clear()
+    assert table.covering_shape(2, 2) == (2, 4)      # 6.9 ms: the least padding within 1.25x of the fastest
+    assert table.covering_shape(2, 1) == (2, 4)
+    assert table.covering_shape(1, 1) == (1, 2)      # 3.0 and 3.2 ms are alike: least padding wins
+    assert table.covering_shape(3, 2) == (4, 2)      # 7.5 and 8.0 ms: least padding wins
+    assert table.covering_shape(4, 4) == (4, 4)
+
+
+def test_without_replay_times_the_least_padding_covers_a_call(model):
+    table = emulated_table(StreamingDecoder(model, max_slots=4), batch_sizes=[1, 2, 4], frame_sizes=[2, 4])
+    assert all(step.replay_ms is None for step in table.steps.values())
+    assert table.covering_shape(2, 2) == (2, 2)
+    assert table.covering_shape(3, 3) == (4, 4)
+
+
 def test_padded_shapes_stream_exactly_and_never_touch_other_slots(model):
     codes = {0: random_codes(1, 9, seed=61)[0], 3: random_codes(1, 6, seed=62)[0]}
     reference = {slot: model.decode(c.unsqueeze(0))[0] for slot, c in codes.items()}

@@ -40,6 +40,13 @@ from vocoder_service.runtime.stats import HostTimes
 logger = logging.getLogger(__name__)
 
 NUM_WARMUP_RUNS = 2
+# Replays timed per shape at capture (median): a call takes the covering graph with the least padding
+# among those within SLOW_GRAPH_RATIO of the fastest covering one. Timing at capture found graphs of
+# 32 row-frames (16x2, 8x4, 4x8, 2x16) replaying in ~93 ms on an H200 next to 7.5 ms for 32x2 (a
+# pathological conv algorithm for that length, 2026-11-28): each stalled its whole step and every
+# first chunk behind it.
+NUM_TIMED_REPLAYS = 3
+SLOW_GRAPH_RATIO = 1.25
 
 # codes [B,Q,T] int64, slots [B] int64, lengths [B] int64 (device) -> pcm [B, T*spf]: the signature
 # of StreamingDecoder.step_unchecked, which every body (compiled, or a benchmark's stub) shares.
@@ -95,6 +102,7 @@ class CapturedStep:
         self.out = None          # [B, T*spf] float32 device output (the graph's, once captured)
         self.faults = None       # [B, 2] int32 row_fault_counts(out), captured with it
         self.uploaded = None     # event after the last input copies: the staging is free again after it
+        self.replay_ms: float | None = None   # median replay time measured at capture (None: emulated)
         if not is_cuda:
             return  # emulation: run() calls the body eagerly on the padded buffers
         # Warm-up (every row on the scratch slot, length 0: no state moves) compiles the Triton
@@ -117,6 +125,20 @@ class CapturedStep:
             # first request of each shape.
             self.graph.replay()
             torch.cuda.current_stream(device).synchronize()
+            self.replay_ms = self._time_replays(device)
+
+    def _time_replays(self, device) -> float:
+        """Median of NUM_TIMED_REPLAYS replays on the warm-up inputs (scratch rows: no state moves)."""
+        stream = torch.cuda.current_stream(device)
+        times = []
+        for _ in range(NUM_TIMED_REPLAYS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            self.graph.replay()
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return float(np.median(times))
 
     def run(self, codes: np.ndarray, slots: np.ndarray, lengths: np.ndarray, times: HostTimes | None = None) -> np.ndarray:
         """codes [bs,Q,t] (bs <= B, t <= T), slots [bs], lengths [bs] -> host pcm [bs, t*spf] float32.
@@ -206,6 +228,9 @@ class CaptureReport:
     compiled: dict[str, dict] = field(default_factory=dict)
     compile_failed: dict[str, str] = field(default_factory=dict)   # kind -> why its compile failed
     graph_memory_bytes: int = 0      # growth of reserved device memory over the whole capture
+    replay_ms: dict[str, float] = field(default_factory=dict)   # "BxT" -> median replay at capture
+    # "BxT" -> "B'xT'": a captured shape whose calls replay a bigger graph instead (it was slower)
+    replaced: dict[str, str] = field(default_factory=dict)
     # "BxT" -> reserved growth (bytes) once that shape was captured, in capture order: the curve the
     # budget check extrapolates before each shape (predicted_growth; 4.9 GB for the 41 smallest of
     # 54 shapes on an H100, 55.6 GB for all 54)
@@ -276,6 +301,19 @@ class GraphTable:
             if self.uses_cudnn_benchmark(*shape):
                 report.cudnn_benchmarked.append(shape)
         self._lookup.clear()
+        for (b, t), step in self.steps.items():
+            if step.replay_ms is not None:
+                report.replay_ms[f"{b}x{t}"] = round(step.replay_ms, 3)
+            chosen = self.find(b, t)
+            if chosen is not step:
+                report.replaced[f"{b}x{t}"] = f"{chosen.batch_size}x{chosen.num_frames}"
+        if report.replay_ms:
+            logger.info("median replay ms at capture: %s", " ".join(f"{k}:{v:.1f}" for k, v in report.replay_ms.items()))
+        if report.replaced:
+            logger.warning("decode graphs slower than a bigger covering one (median replay ms at capture); their "
+                           "calls replay the bigger graph: %s", ", ".join(
+                               f"{shape} ({report.replay_ms[shape]:.1f}) -> {bigger} ({report.replay_ms[bigger]:.1f})"
+                               for shape, bigger in report.replaced.items()))
         if self.compile_plan is not None:
             report.compile_failed = dict(self.compile_plan.failed)
         report.graph_memory_bytes = memory.reserved_growth()
@@ -317,14 +355,16 @@ class GraphTable:
         return threshold > 0 and batch_size * num_frames >= threshold
 
     def find(self, batch_size: int, num_frames: int) -> CapturedStep | None:
-        """The captured shape covering (batch_size, num_frames) with the least padded work."""
+        """The captured shape covering (batch_size, num_frames) with the least padded work, among those
+        whose replay (measured at capture) is within SLOW_GRAPH_RATIO of the fastest covering one."""
         key = (batch_size, num_frames)
         if key not in self._lookup:
-            best = None
-            for (b, t), step in self.steps.items():
-                if b >= batch_size and t >= num_frames and (best is None or b * t < best.batch_size * best.num_frames):
-                    best = step
-            self._lookup[key] = best
+            covering = [step for (b, t), step in self.steps.items() if b >= batch_size and t >= num_frames]
+            timed = [step.replay_ms for step in covering if step.replay_ms is not None]
+            if timed and len(timed) == len(covering):
+                covering = [step for step in covering if step.replay_ms <= SLOW_GRAPH_RATIO * min(timed)]
+            self._lookup[key] = min(covering, key=lambda step: (step.batch_size * step.num_frames,
+                                                                 step.batch_size), default=None)
         return self._lookup[key]
 
     def covering_shape(self, batch_size: int, num_frames: int) -> tuple[int, int] | None:
