@@ -50,7 +50,7 @@ def test_a_request_starts_only_into_a_free_slot_of_its_own_vocoder(links):
     assert not admission.could_start("b")             # a's slot is spoken for until a's stream opens
     assert not admission.take("c")                    # c waits for its own vocoder, whatever 0 has
     assert admission.take("admin")                    # not routed to a vocoder: no gate
-    links.links[0].opened("a")                        # a's stream opened: counted by the vocoder's load now
+    links.links[0].opened("a", 1)                     # a's stream opened (handle 1): the vocoder holds its slot
     assert links.links[0].admitted == set() and not admission.could_start("b")
     beat(links, 0, 100.1, used=6)                     # two free at the next heartbeat
     admission.begin()

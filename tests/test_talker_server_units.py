@@ -237,9 +237,20 @@ def test_credits_count_streams_routed_but_not_yet_opened_across_heartbeats():
     # Opening moves a stream from unopened to opened-since-heartbeat; the next heartbeat's load has it.
     Emitter(routes, outbox).emit([frames("r0", 0, 1)])
     voc_a = routes.get("r0").vocoder
-    assert "r0" not in voc_a.unopened and voc_a.num_opened_since_heartbeat == 1 and voc_a.credits == 3
-    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=1)), 2.0)
+    handle = routes.get("r0").vocoder_handle
+    assert "r0" not in voc_a.unopened and list(voc_a.opens_in_flight) == [handle] and voc_a.credits == 3
+    # a load taken while the open waited in the vocoder's socket: its slot is not free
+    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=0,
+                                                                      last_open_handle=0)), 1.5)
     assert voc_a.credits == 3
+    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=1,
+                                                                      last_open_handle=handle)), 2.0)
+    assert voc_a.credits == 3 and not voc_a.opens_in_flight
+    # a vocoder that does not name its last open (an older build): its load counts every open sent
+    voc_a.opened("rx", 99)
+    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=2)), 2.5)
+    assert not voc_a.opens_in_flight
+    links.heartbeat(voc_a, common_pb2.Heartbeat(load=common_pb2.Load(num_slots_total=8, num_slots_used=1)), 2.6)
     waiting = sorted(voc_a.unopened)[0]
     routes.abort(waiting, "CANCELLED", "gone")   # an ended stream that never opened frees its credit
     assert voc_a.credits == 4 and waiting not in voc_a.unopened

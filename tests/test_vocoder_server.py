@@ -138,3 +138,23 @@ def test_no_route_or_slot_leaks_over_many_requests(server_and_talkers):
     assert server.engine.slots.num_free == 2 and not server.intake.routes
     counters = server.engine.stats
     assert (counters["opened"], counters["completed"], counters["aborted"], counters["failed"]) == (300, 75, 75, 150)
+
+
+def test_heartbeats_name_each_talkers_last_open_that_the_load_counts(server_and_talkers):
+    """A talker's opens that wait in the vocoder's socket (a long decode step) are not in the load a
+    heartbeat carries: the heartbeat names the last open it does count, per talker, so the talker
+    keeps the later ones' slots taken (Load.last_open_handle; talker_service/server/vocoders.py)."""
+    server, [a, b] = server_and_talkers(num_talkers=2, max_slots=4)
+    server.broadcast_heartbeat()
+    pump(server, lambda: [t for t, _ in a.drain_dealer() if t == wire.MessageType.HEARTBEAT] != [])
+    assert a.last_load.HasField("last_open_handle") and a.last_load.last_open_handle == 0   # none of a's yet
+    a.send_frames([(entry("a1", 0, 2, reply_to=a.reply_to), random_codes(0, 2))])
+    a.send_frames([(entry("a2", 0, 2, reply_to=a.reply_to), random_codes(1, 2))])
+    pump(server, lambda: {"a1", "a2"} <= set(server.engine.streams))
+    server.broadcast_heartbeat()
+    beats_a, beats_b = [], []
+    pump(server, lambda: bool(beats_a.extend(h for t, h in a.drain_dealer() if t == wire.MessageType.HEARTBEAT)
+                              or beats_a) and bool(beats_b.extend(h for t, h in b.drain_dealer()
+                                                                   if t == wire.MessageType.HEARTBEAT) or beats_b))
+    assert beats_a[-1].load.num_slots_used == 2 and beats_a[-1].load.last_open_handle == a.handles["a2"]
+    assert beats_b[-1].load.num_slots_used == 2 and beats_b[-1].load.last_open_handle == 0   # b opened none

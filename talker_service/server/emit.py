@@ -78,7 +78,7 @@ class Emitter:
         """A handle names the stream in the arrays from now on; its first entry starts with the
         decoder's left context (a clone's reference codes, never emitted as audio)."""
         route.vocoder_handle = link.new_stream_handle()
-        link.opened(route.request_id)
+        link.opened(route.request_id, route.vocoder_handle)
         batch.opens.append(vocoder_pb2.FramesOpen(handle=route.vocoder_handle, request_id=route.request_id,
                                                   reply_to=route.reply_to, num_context_frames=num_context_frames))
 

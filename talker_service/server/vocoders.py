@@ -41,7 +41,11 @@ class VocoderLink:
     # Routed here but not opened yet (a stream opens with its first frame, possibly long after its
     # START waited for a talker slot): the vocoder's load cannot count them at any heartbeat.
     unopened: set = field(default_factory=set)
-    num_opened_since_heartbeat: int = 0     # opened after the load of the last heartbeat was taken
+    # Handles of the FramesOpen sent here that no heartbeat's load counted yet, oldest first: each
+    # holds a slot there already. A heartbeat names the last open it counts (Load.last_open_handle);
+    # one that the vocoder took while our opens waited in its socket (a long decode step) must not
+    # make their slots look free (the vocoder refused 317 of 1024 Poisson arrivals at 256 streams).
+    opens_in_flight: dict = field(default_factory=dict)   # handle -> None, in send order
     # Routed here, let start their prefill (server/admission.py), not opened yet: each will take a slot
     admitted: set = field(default_factory=set)
     last_stream_handle: int = 0             # FramesOpen.handle given to the latest stream opened here
@@ -62,8 +66,8 @@ class VocoderLink:
 
     @property
     def _slots_left(self) -> int:
-        """Free slots it announced, less the streams we opened there since."""
-        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - self.num_opened_since_heartbeat
+        """Free slots it announced, less the streams we opened there that its load did not count."""
+        return int(self.load.num_slots_total) - int(self.load.num_slots_used) - len(self.opens_in_flight)
 
     @property
     def credits(self) -> int:
@@ -78,11 +82,25 @@ class VocoderLink:
         more requests routed here may start now (server/admission.py)."""
         return self._slots_left - len(self.admitted)
 
-    def opened(self, request_id: str) -> None:
-        """The stream's FramesOpen goes out now: from here the vocoder's own load counts it."""
+    def opened(self, request_id: str, handle: int) -> None:
+        """The stream's FramesOpen (`handle`) goes out now: the vocoder's load counts it once a
+        heartbeat names it, or a later open, as counted."""
         self.unopened.discard(request_id)
         self.admitted.discard(request_id)
-        self.num_opened_since_heartbeat += 1
+        self.opens_in_flight[handle] = None
+
+    def counted_opens(self, last_open_handle: int | None) -> None:
+        """A heartbeat's load counts our opens up to `last_open_handle` (ZeroMQ keeps their order; 0:
+        none of them yet); None: a vocoder that does not say, whose load is taken to count them all."""
+        if last_open_handle is None:
+            self.opens_in_flight.clear()
+            return
+        if last_open_handle not in self.opens_in_flight:   # 0, or named before (or passed by a later open)
+            return
+        for handle in list(self.opens_in_flight):
+            del self.opens_in_flight[handle]
+            if handle == last_open_handle:
+                break
 
 
 class VocoderLinks:
@@ -165,7 +183,9 @@ class VocoderLinks:
         link.is_draining = beat.is_draining
         link.load.CopyFrom(beat.load)
         link.last_heartbeat_s = now_s
-        link.num_opened_since_heartbeat = 0
+        if restarted:   # every open sent to the old process is gone with it
+            link.opens_in_flight.clear()
+        link.counted_opens(beat.load.last_open_handle if beat.load.HasField("last_open_handle") else None)
         return restarted
 
     def expire(self, now_s: float) -> list[VocoderLink]:

@@ -47,6 +47,9 @@ class FramesIntake:
         self.routes: dict[str, Route] = {}
         # Per talker link: handle -> request id of the streams whose FramesClose has not come yet.
         self.handles: dict[bytes, dict[int, str]] = {}
+        # Per talker link: the latest FramesOpen handled (opened or refused), echoed in the heartbeats
+        # to that talker (Load.last_open_handle): opens after it are still on their way to our slots
+        self.last_open_handle: dict[bytes, int] = {}
         self.num_rejected_entries = 0
 
     # ---- handlers (MessageType -> method, see loop.py) -------------------------------------
@@ -113,6 +116,7 @@ class FramesIntake:
     def _open(self, identity: bytes, link: dict[int, str], talker_id: str, handle: int, seq: int,
               open_: vocoder_pb2.FramesOpen) -> str:
         rid = open_.request_id
+        self.last_open_handle[identity] = handle   # opened or refused below: no longer on its way
         if not rid:
             raise EngineError("INVALID_ARGUMENT", f"FramesOpen of stream handle {handle} has an empty request_id")
         if seq != 0:
@@ -230,6 +234,9 @@ class FramesIntake:
             self.finish(rid)
         for identity in [i for i, link in self.handles.items() if not link]:
             del self.handles[identity]
+        known = set(self.peers.identities())
+        for identity in [i for i in self.last_open_handle if i not in known]:
+            del self.last_open_handle[identity]
 
     def streams_by_identity(self) -> dict[bytes, int]:
         counts: dict[bytes, int] = {}

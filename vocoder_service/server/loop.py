@@ -93,9 +93,10 @@ class VocoderServer:
     def init_heartbeats(self) -> None:
         self.sockets_lock = threading.Lock()
         self.latest_load = self.load()   # what the heartbeat thread advertises; refreshed by the loop
+        self.latest_open_handles: dict[bytes, int] = {}   # ... with each talker's last open it counts
         self.beats = HeartbeatThread("vocoder", self.config.heartbeat_interval_ms / 1e3,
-                                     lambda: self.broadcast_heartbeat(self.latest_load), self.sockets_lock,
-                                     self.config.max_step_stall_s)
+                                     lambda: self.broadcast_heartbeat(self.latest_load, self.latest_open_handles),
+                                     self.sockets_lock, self.config.max_step_stall_s)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -125,6 +126,7 @@ class VocoderServer:
         with self.sockets_lock:
             self.send_credits()
             self.latest_load = self.load()
+            self.latest_open_handles = dict(self.intake.last_open_handle)
         self.beats.mark_progress()
 
     def idle_timeout_ms(self) -> int:
@@ -161,7 +163,8 @@ class VocoderServer:
 
     def dispatch(self, identity: bytes, body: list) -> None:
         if self.peers.touch(identity, time.monotonic()):
-            self.outbox.heartbeat_to_talker(identity, self.load(), self.draining_since_s is not None)
+            self.outbox.heartbeat_to_talker(identity, self.load(), self.draining_since_s is not None,
+                                            self.intake.last_open_handle.get(identity, 0))
         try:
             msg_type, header, array = wire.decode(body)
         except ValueError as exc:
@@ -286,12 +289,14 @@ class VocoderServer:
         self.peers.prune_heard({route.identity for route in self.intake.routes.values()})
         self.send_to_gateways.prune({s.reply_to for s in self.engine.streams.values() if s.reply_to})
 
-    def broadcast_heartbeat(self, load=None) -> None:
-        """To every known talker; `load` given by the heartbeat thread (a snapshot the loop made)."""
-        load = self.load() if load is None else load
+    def broadcast_heartbeat(self, load=None, open_handles: dict[bytes, int] | None = None) -> None:
+        """To every known talker; `load` and `open_handles` given by the heartbeat thread (a snapshot
+        the loop made: the load and the last FramesOpen of each talker that it counts)."""
+        if load is None:
+            load, open_handles = self.load(), self.intake.last_open_handle
         is_draining = self.draining_since_s is not None
         for identity in self.peers.identities():
-            self.outbox.heartbeat_to_talker(identity, load, is_draining)
+            self.outbox.heartbeat_to_talker(identity, load, is_draining, (open_handles or {}).get(identity, 0))
 
     def should_exit(self) -> bool:
         if not self.stop_requested.is_set():

@@ -82,12 +82,15 @@ class Outbox:
     def error_to_talker(self, identity: bytes, request_id: str, code: str, message: str) -> bool:
         return self.to_talker(identity, wire.MessageType.ERROR, self._error(request_id, code, message))
 
-    def heartbeat_to_talker(self, identity: bytes, load: common_pb2.Load, is_draining: bool) -> bool:
+    def heartbeat_to_talker(self, identity: bytes, load: common_pb2.Load, is_draining: bool,
+                            last_open_handle: int = 0) -> bool:
+        """`last_open_handle`: that talker's latest FramesOpen which `load` counts (0: none yet)."""
         beat = common_pb2.Heartbeat(
             peer_id=self.peer_id, role=common_pb2.PEER_ROLE_VOCODER, incarnation=self.incarnation,
             sent_unix_ms=int(time.time() * 1e3), interval_ms=self.heartbeat_interval_ms,
             is_draining=is_draining, load=load, model=self.model_name,
         )
+        beat.load.last_open_handle = last_open_handle   # set even when 0: "none yet" is not "cannot say"
         return self.to_talker(identity, wire.MessageType.HEARTBEAT, beat)
 
     # ---- gateways (PUSH to reply_to) ------------------------------------------------------

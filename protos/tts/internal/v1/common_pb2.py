@@ -24,27 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#protos/tts/internal/v1/common.proto\x12\x0ftts.internal.v1\"g\n\x05\x45rror\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x1b.tts.internal.v1.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0e\n\x06origin\x18\x04 \x01(\t\"Y\n\x05\x41\x62ort\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.tts.internal.v1.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xdd\x01\n\x04Load\x12\x17\n\x0fnum_slots_total\x18\x01 \x01(\r\x12\x16\n\x0enum_slots_used\x18\x02 \x01(\r\x12\x1b\n\x13num_requests_queued\x18\x03 \x01(\r\x12\x1b\n\x13num_requests_parked\x18\x04 \x01(\r\x12\x19\n\x11num_frames_queued\x18\x05 \x01(\x04\x12\x19\n\x11max_frames_queued\x18\x06 \x01(\x04\x12\x14\n\x0cstep_time_ms\x18\x07 \x01(\x02\x12\x1e\n\x16num_late_chunks_recent\x18\x08 \x01(\r\"\xec\x01\n\tHeartbeat\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.tts.internal.v1.PeerRole\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x14\n\x0csent_unix_ms\x18\x04 \x01(\x04\x12\x13\n\x0binterval_ms\x18\x05 \x01(\r\x12\x13\n\x0bis_draining\x18\x06 \x01(\x08\x12#\n\x04load\x18\x07 \x01(\x0b\x32\x15.tts.internal.v1.Load\x12\r\n\x05model\x18\x08 \x01(\t\x12\x1c\n\x14num_healthy_vocoders\x18\t \x01(\r\"A\n\tArraySpec\x12%\n\x05\x64type\x18\x01 \x01(\x0e\x32\x16.tts.internal.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x04*\x92\x04\n\nStatusCode\x12\x1b\n\x17STATUS_CODE_UNSPECIFIED\x10\x00\x12\x19\n\x15STATUS_CODE_CANCELLED\x10\x01\x12\x17\n\x13STATUS_CODE_UNKNOWN\x10\x02\x12 \n\x1cSTATUS_CODE_INVALID_ARGUMENT\x10\x03\x12!\n\x1dSTATUS_CODE_DEADLINE_EXCEEDED\x10\x04\x12\x19\n\x15STATUS_CODE_NOT_FOUND\x10\x05\x12\x1e\n\x1aSTATUS_CODE_ALREADY_EXISTS\x10\x06\x12!\n\x1dSTATUS_CODE_PERMISSION_DENIED\x10\x07\x12\"\n\x1eSTATUS_CODE_RESOURCE_EXHAUSTED\x10\x08\x12#\n\x1fSTATUS_CODE_FAILED_PRECONDITION\x10\t\x12\x17\n\x13STATUS_CODE_ABORTED\x10\n\x12\x1c\n\x18STATUS_CODE_OUT_OF_RANGE\x10\x0b\x12\x1d\n\x19STATUS_CODE_UNIMPLEMENTED\x10\x0c\x12\x18\n\x14STATUS_CODE_INTERNAL\x10\r\x12\x1b\n\x17STATUS_CODE_UNAVAILABLE\x10\x0e\x12\x19\n\x15STATUS_CODE_DATA_LOSS\x10\x0f\x12\x1f\n\x1bSTATUS_CODE_UNAUTHENTICATED\x10\x10*i\n\x08PeerRole\x12\x19\n\x15PEER_ROLE_UNSPECIFIED\x10\x00\x12\x15\n\x11PEER_ROLE_GATEWAY\x10\x01\x12\x14\n\x10PEER_ROLE_TALKER\x10\x02\x12\x15\n\x11PEER_ROLE_VOCODER\x10\x03*\xac\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x44TYPE_INT16\x10\x01\x12\x0f\n\x0b\x44TYPE_INT32\x10\x02\x12\x0f\n\x0b\x44TYPE_INT64\x10\x03\x12\x11\n\rDTYPE_FLOAT16\x10\x04\x12\x11\n\rDTYPE_FLOAT32\x10\x05\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x06\x12\x10\n\x0c\x44TYPE_UINT32\x10\x07\x12\x10\n\x0c\x44TYPE_UINT64\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#protos/tts/internal/v1/common.proto\x12\x0ftts.internal.v1\"g\n\x05\x45rror\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x1b.tts.internal.v1.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0e\n\x06origin\x18\x04 \x01(\t\"Y\n\x05\x41\x62ort\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.tts.internal.v1.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x91\x02\n\x04Load\x12\x17\n\x0fnum_slots_total\x18\x01 \x01(\r\x12\x16\n\x0enum_slots_used\x18\x02 \x01(\r\x12\x1b\n\x13num_requests_queued\x18\x03 \x01(\r\x12\x1b\n\x13num_requests_parked\x18\x04 \x01(\r\x12\x19\n\x11num_frames_queued\x18\x05 \x01(\x04\x12\x19\n\x11max_frames_queued\x18\x06 \x01(\x04\x12\x14\n\x0cstep_time_ms\x18\x07 \x01(\x02\x12\x1e\n\x16num_late_chunks_recent\x18\x08 \x01(\r\x12\x1d\n\x10last_open_handle\x18\t \x01(\rH\x00\x88\x01\x01\x42\x13\n\x11_last_open_handle\"\xec\x01\n\tHeartbeat\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.tts.internal.v1.PeerRole\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x14\n\x0csent_unix_ms\x18\x04 \x01(\x04\x12\x13\n\x0binterval_ms\x18\x05 \x01(\r\x12\x13\n\x0bis_draining\x18\x06 \x01(\x08\x12#\n\x04load\x18\x07 \x01(\x0b\x32\x15.tts.internal.v1.Load\x12\r\n\x05model\x18\x08 \x01(\t\x12\x1c\n\x14num_healthy_vocoders\x18\t \x01(\r\"A\n\tArraySpec\x12%\n\x05\x64type\x18\x01 \x01(\x0e\x32\x16.tts.internal.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x04*\x92\x04\n\nStatusCode\x12\x1b\n\x17STATUS_CODE_UNSPECIFIED\x10\x00\x12\x19\n\x15STATUS_CODE_CANCELLED\x10\x01\x12\x17\n\x13STATUS_CODE_UNKNOWN\x10\x02\x12 \n\x1cSTATUS_CODE_INVALID_ARGUMENT\x10\x03\x12!\n\x1dSTATUS_CODE_DEADLINE_EXCEEDED\x10\x04\x12\x19\n\x15STATUS_CODE_NOT_FOUND\x10\x05\x12\x1e\n\x1aSTATUS_CODE_ALREADY_EXISTS\x10\x06\x12!\n\x1dSTATUS_CODE_PERMISSION_DENIED\x10\x07\x12\"\n\x1eSTATUS_CODE_RESOURCE_EXHAUSTED\x10\x08\x12#\n\x1fSTATUS_CODE_FAILED_PRECONDITION\x10\t\x12\x17\n\x13STATUS_CODE_ABORTED\x10\n\x12\x1c\n\x18STATUS_CODE_OUT_OF_RANGE\x10\x0b\x12\x1d\n\x19STATUS_CODE_UNIMPLEMENTED\x10\x0c\x12\x18\n\x14STATUS_CODE_INTERNAL\x10\r\x12\x1b\n\x17STATUS_CODE_UNAVAILABLE\x10\x0e\x12\x19\n\x15STATUS_CODE_DATA_LOSS\x10\x0f\x12\x1f\n\x1bSTATUS_CODE_UNAUTHENTICATED\x10\x10*i\n\x08PeerRole\x12\x19\n\x15PEER_ROLE_UNSPECIFIED\x10\x00\x12\x15\n\x11PEER_ROLE_GATEWAY\x10\x01\x12\x14\n\x10PEER_ROLE_TALKER\x10\x02\x12\x15\n\x11PEER_ROLE_VOCODER\x10\x03*\xac\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x44TYPE_INT16\x10\x01\x12\x0f\n\x0b\x44TYPE_INT32\x10\x02\x12\x0f\n\x0b\x44TYPE_INT64\x10\x03\x12\x11\n\rDTYPE_FLOAT16\x10\x04\x12\x11\n\rDTYPE_FLOAT32\x10\x05\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x06\x12\x10\n\x0c\x44TYPE_UINT32\x10\x07\x12\x10\n\x0c\x44TYPE_UINT64\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.tts.internal.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=783
-  _globals['_STATUSCODE']._serialized_end=1313
-  _globals['_PEERROLE']._serialized_start=1315
-  _globals['_PEERROLE']._serialized_end=1420
-  _globals['_DTYPE']._serialized_start=1423
-  _globals['_DTYPE']._serialized_end=1595
+  _globals['_STATUSCODE']._serialized_start=835
+  _globals['_STATUSCODE']._serialized_end=1365
+  _globals['_PEERROLE']._serialized_start=1367
+  _globals['_PEERROLE']._serialized_end=1472
+  _globals['_DTYPE']._serialized_start=1475
+  _globals['_DTYPE']._serialized_end=1647
   _globals['_ERROR']._serialized_start=56
   _globals['_ERROR']._serialized_end=159
   _globals['_ABORT']._serialized_start=161
   _globals['_ABORT']._serialized_end=250
   _globals['_LOAD']._serialized_start=253
-  _globals['_LOAD']._serialized_end=474
-  _globals['_HEARTBEAT']._serialized_start=477
-  _globals['_HEARTBEAT']._serialized_end=713
-  _globals['_ARRAYSPEC']._serialized_start=715
-  _globals['_ARRAYSPEC']._serialized_end=780
+  _globals['_LOAD']._serialized_end=526
+  _globals['_HEARTBEAT']._serialized_start=529
+  _globals['_HEARTBEAT']._serialized_end=765
+  _globals['_ARRAYSPEC']._serialized_start=767
+  _globals['_ARRAYSPEC']._serialized_end=832
 # @@protoc_insertion_point(module_scope)

@@ -99,7 +99,7 @@ class Abort(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., reason: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Load(_message.Message):
-    __slots__ = ("num_slots_total", "num_slots_used", "num_requests_queued", "num_requests_parked", "num_frames_queued", "max_frames_queued", "step_time_ms", "num_late_chunks_recent")
+    __slots__ = ("num_slots_total", "num_slots_used", "num_requests_queued", "num_requests_parked", "num_frames_queued", "max_frames_queued", "step_time_ms", "num_late_chunks_recent", "last_open_handle")
     NUM_SLOTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     NUM_SLOTS_USED_FIELD_NUMBER: _ClassVar[int]
     NUM_REQUESTS_QUEUED_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,7 @@ class Load(_message.Message):
     MAX_FRAMES_QUEUED_FIELD_NUMBER: _ClassVar[int]
     STEP_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     NUM_LATE_CHUNKS_RECENT_FIELD_NUMBER: _ClassVar[int]
+    LAST_OPEN_HANDLE_FIELD_NUMBER: _ClassVar[int]
     num_slots_total: int
     num_slots_used: int
     num_requests_queued: int
@@ -116,7 +117,8 @@ class Load(_message.Message):
     max_frames_queued: int
     step_time_ms: float
     num_late_chunks_recent: int
-    def __init__(self, num_slots_total: _Optional[int] = ..., num_slots_used: _Optional[int] = ..., num_requests_queued: _Optional[int] = ..., num_requests_parked: _Optional[int] = ..., num_frames_queued: _Optional[int] = ..., max_frames_queued: _Optional[int] = ..., step_time_ms: _Optional[float] = ..., num_late_chunks_recent: _Optional[int] = ...) -> None: ...
+    last_open_handle: int
+    def __init__(self, num_slots_total: _Optional[int] = ..., num_slots_used: _Optional[int] = ..., num_requests_queued: _Optional[int] = ..., num_requests_parked: _Optional[int] = ..., num_frames_queued: _Optional[int] = ..., max_frames_queued: _Optional[int] = ..., step_time_ms: _Optional[float] = ..., num_late_chunks_recent: _Optional[int] = ..., last_open_handle: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("peer_id", "role", "incarnation", "sent_unix_ms", "interval_ms", "is_draining", "load", "model", "num_healthy_vocoders")
