@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -47,6 +48,11 @@ def summarize(lines: list[dict]) -> dict:
         "first_wait_since_oldest_frame_ms": pcts([f[1] for f in firsts]),
         "late_chunks": int(sum(s.get("late", 0) for s in lines)),
     }
+    late = [chunk for s in lines for chunk in s.get("late_chunks", [])]   # [ms, cause, frames, index]
+    if late:
+        report["late_ms"] = pcts([c[0] for c in late])
+        report["late_by_cause"] = dict(Counter(c[1] for c in late))
+        report["late_by_chunk_index"] = dict(sorted(Counter(min(c[3], 5) for c in late).items()))   # 5: 5th or later
     for bound in LONG_STEP_MS:   # share of the wall clock inside steps at least this long
         long = ends[ends >= bound]
         report[f"wall_share_in_steps_over_{bound:g}ms"] = round(float(long.sum() / wall_ms), 3) if wall_ms else 0.0

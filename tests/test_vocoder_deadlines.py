@@ -290,6 +290,18 @@ def test_the_due_horizon_keeps_the_longest_recent_step_cycle_and_a_busy_loops_se
     assert sched.step_s == pytest.approx(0.010)
 
 
+def test_with_a_time_window_the_horizon_keeps_a_long_cycle_for_that_long_whatever_the_step_count():
+    sched = scheduler(step_window=4, step_window_s=2.0, delivery_margin_ms=0.0)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.080, ended_s=10.0)   # a cohort's long step
+    for i in range(20):   # twenty short steps within the next second: past the count, not the time
+        sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010, ended_s=10.05 + 0.05 * i)
+    assert sched.step_s == pytest.approx(0.080)
+    sched.observe_step(row_frames=10, num_batches=1, elapsed_s=0.010, ended_s=12.1)   # 2.1 s after it
+    assert sched.step_s == pytest.approx(0.010)
+    with pytest.raises(ValueError, match="step_window_s"):
+        DeadlinePolicy(step_window_s=-1.0)
+
+
 def test_a_due_stream_with_frames_waiting_takes_enough_audio_to_leave_the_due_horizon():
     # steps of ~100 ms (a loaded GPU): the horizon is 220 ms; a stream 10 ms from its deadline with 20
     # frames waiting gets 8 of them (640 ms: clear of two horizons), not a 2-frame sliver that is due

@@ -34,6 +34,8 @@ def test_each_step_is_a_line_with_its_plan_batches_and_first_chunk_waits(tmp_pat
     assert one["rows"] == 1 and one["open"] == 1
     assert two["recv"] == 1 and two["gap_ms"] == 20.0       # 30 ms -> 50 ms, the first step took no clock time
     assert two["firsts"] == [] and two["b"][0][:3] == [1, 8, 0]
+    # the first chunk (2 frames, 160 ms) started playback at 30 ms; the second left at 50 ms: in time
+    assert one["late_chunks"] == [] and two["late_chunks"] == []
 
     report = summarize(lines)
     assert report["steps"] == 2 and report["first_chunks"] == 1
@@ -43,3 +45,21 @@ def test_each_step_is_a_line_with_its_plan_batches_and_first_chunk_waits(tmp_pat
 def test_the_report_cuts_a_trace_where_the_vocoder_sat_idle():
     steps = [{"gap_ms": g} for g in (None, 5.0, 2000.0, 3.0, 1500.0)]
     assert [len(p) for p in split_at_idle(steps, 1.0)] == [2, 2, 1]
+
+
+def test_a_late_chunk_is_traced_with_its_lateness_cause_and_index(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    eng, clock = make_engine(chunk=ChunkPolicy(2, 25, quick_first_max_streams=0))
+    eng.trace = StepTrace(str(path))
+    eng.open("a")
+    eng.add_frames("a", 0, np.ones((2, 16), np.int64))
+    eng.step()                                               # 160 ms of audio from t = 0
+    clock[0] = 0.100
+    eng.add_frames("a", 1, np.ones((2, 16), np.int64), is_final=True)
+    clock[0] = 0.400                                         # the loop was away: 240 ms past the deadline
+    eng.step()
+    eng.trace.close()
+    late = [json.loads(line)["late_chunks"] for line in path.read_text().splitlines()]
+    assert late == [[], [[240.0, "queued", 2, 1]]]
+    report = summarize([json.loads(line) for line in path.read_text().splitlines()])
+    assert report["late_by_cause"] == {"queued": 1} and report["late_by_chunk_index"] == {1: 1}

@@ -62,9 +62,14 @@ class DeadlinePolicy:
     # shrink to ~30 ms between bursts, when a step under the talker's load could take 100 ms or more:
     # most late chunks on the H200 were ready streams that were not yet due.
     step_window: int = 16
+    # ... and every cycle that ended within the last this-many seconds (0: the count alone). At 256
+    # streams on an H200 the streams that stalled started together (a closed loop's cohorts); the
+    # short steps between cohorts had pushed the long ones out of the 16-cycle window (estimate 12.6
+    # ms at a level's end). Not measured yet: off until an A/B says otherwise.
+    step_window_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("target_step_ms", "max_step_ms", "delivery_margin_ms", "initial_step_ms"):
+        for name in ("target_step_ms", "max_step_ms", "delivery_margin_ms", "initial_step_ms", "step_window_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.slack_chunk_ratio <= 0:
@@ -109,6 +114,7 @@ class DeadlineScheduler:
         self.s_per_row_frame: float | None = None           # EWMA; None until a step was measured
         self._buckets = chunk.frame_buckets()
         self._cycles_s: deque[float] = deque(maxlen=policy.step_window)
+        self._timed_cycles: deque[tuple[float, float]] = deque()   # (ended at, cycle) within step_window_s
         self._last_step: tuple[float, float] | None = None  # (its elapsed, when it ended) while work waited
 
     # ---- learning ---------------------------------------------------------------------------
@@ -124,22 +130,30 @@ class DeadlineScheduler:
         if work_left and ended_s is not None:
             self._last_step = (elapsed_s, ended_s)
         else:
-            self._record_cycle(elapsed_s)
+            self._record_cycle(elapsed_s, ended_s)
         if row_frames < 2 * self.chunk.steady_chunk_frames:
             return
         rate = elapsed_s / (row_frames + num_batches * self.launch_cost_row_frames)
         self.s_per_row_frame = rate if self.s_per_row_frame is None else self.s_per_row_frame + a * (rate - self.s_per_row_frame)
 
-    def _record_cycle(self, cycle_s: float) -> None:
+    def _record_cycle(self, cycle_s: float, at_s: float | None) -> None:
         self._cycles_s.append(cycle_s)
-        self.step_s = max(self._cycles_s)
+        longest = max(self._cycles_s)
+        window_s = self.policy.step_window_s
+        if window_s > 0 and at_s is not None:
+            timed = self._timed_cycles
+            timed.append((at_s, cycle_s))
+            while timed[0][0] < at_s - window_s:
+                timed.popleft()
+            longest = max(longest, max(cycle for _, cycle in timed))
+        self.step_s = longest
 
     def note_plan(self, now_s: float) -> None:
         """A plan begins: a busy loop's last step, with its gap since it ended, is one cycle."""
         if self._last_step is not None:
             elapsed_s, ended_s = self._last_step
             self._last_step = None
-            self._record_cycle(elapsed_s + max(0.0, now_s - ended_s))
+            self._record_cycle(elapsed_s + max(0.0, now_s - ended_s), now_s)
 
     @property
     def due_horizon_s(self) -> float:

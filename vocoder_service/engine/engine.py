@@ -103,6 +103,7 @@ class VocoderEngine:
         self._last_plan_deferred = 0
         self._last_plan_due = 0
         self.trace: StepTrace | None = None   # --step-trace: a JSON line per step (step_trace.py)
+        self._traced_late: list = []
         self._late_at_s: deque[float] = deque(maxlen=4096)   # when audible late chunks left (num_late_recent)
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
@@ -270,6 +271,7 @@ class VocoderEngine:
         if trace is not None:
             traced = self._trace_plan(batches, step_start_s)
             late_before = self.deadline_stats["late_chunks"]
+            self._traced_late = []
         launched = [self._launch_batch(batch) for batch in batches]
         for i, (batch, launch) in enumerate(zip(batches, launched)):
             done = self._finish_batch(batch, *launch)
@@ -284,6 +286,7 @@ class VocoderEngine:
                                         ended_s - step_start_s, ended_s, work_left=self._last_plan_deferred > 0)
         if trace is not None and (batches or empty):
             traced["late"] = self.deadline_stats["late_chunks"] - late_before
+            traced["late_chunks"] = self._traced_late   # [ms late, cause, frames, the chunk's index in its stream]
             trace.step(step_start_s, ended_s, traced)
         return out
 
@@ -400,6 +403,8 @@ class VocoderEngine:
             self._late_at_s.append(self.clock())
         cause = late_cause(timing, deadline_s)
         stats[f"late_{cause}"] += 1
+        if self.trace is not None:
+            self._traced_late.append([round(lateness_s * 1e3, 1), cause, num_frames, stream.num_chunks_emitted - 1])
         if lateness_s >= LOG_LATE_S:
             logger.info("request %s: chunk of %d frames %.0f ms late (%s: first frame %+.0f ms, decode start %+.0f ms "
                         "from the deadline, decode %.0f ms in a batch of %d)", stream.request_id, num_frames,

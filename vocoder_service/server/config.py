@@ -57,6 +57,9 @@ class VocoderServiceConfig:
     max_step_ms: float = 40.0            # ... stretched to this while no stream left out would fall due
     delivery_margin_ms: float = 20.0
     slack_chunk_ratio: float = 2.0
+    # the due horizon's step time also covers every step cycle of the last this-many seconds (0: only
+    # the last 16 cycles); off until measured (engine/deadlines.py)
+    step_window_s: float = 0.0
     launch_cost_row_frames: float = 64.0
     talker_timeout_s: float = 10.0       # an open request fails UNAVAILABLE once its talker sent nothing (frames
                                          # or heartbeats) this long; a request parked on text is not judged alone
@@ -154,7 +157,8 @@ class VocoderServiceConfig:
 
     def deadline_policy(self) -> DeadlinePolicy:
         return DeadlinePolicy(target_step_ms=self.target_step_ms, max_step_ms=self.max_step_ms,
-                              delivery_margin_ms=self.delivery_margin_ms, slack_chunk_ratio=self.slack_chunk_ratio)
+                              delivery_margin_ms=self.delivery_margin_ms, slack_chunk_ratio=self.slack_chunk_ratio,
+                              step_window_s=self.step_window_s)
 
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
