@@ -69,10 +69,14 @@
 #                            (base head) picks the sides (one device call each fits 10 minutes); the head
 #                            side is build/head.tar when there is one (scripts/ab_base.sh COMMIT head), else
 #                            this tree; GAPLESS_HEAD_ARGS (bench_e2e flags, e.g. --vocoder-arg=--dtype=bfloat16)
-#                            go to the head side only; the load comes from GAPLESS_CLIENT_PROCS (4) client
-#                            processes of GAPLESS_CLIENT_CHANNELS (4) connections each (the launcher's
-#                            gateway workers take whole connections), and each level records the
-#                            services' CPU: gapless.txt, gapless-SIDE.log and .json
+#                            go to the head side only; any other side NAME runs the head tree with the flags
+#                            in GAPLESS_ARGS_NAME (e.g. GAPLESS_SIDES="head window2"
+#                            GAPLESS_ARGS_window2=--vocoder-arg=--step-window-s=2); GAPLESS_TRACE=1 has
+#                            those sides' vocoders write the step trace; the load comes from
+#                            GAPLESS_CLIENT_PROCS (4) client processes of GAPLESS_CLIENT_CHANNELS (4)
+#                            connections each (the launcher's gateway workers take whole connections), and
+#                            each level records the services' CPU: gapless.txt, gapless-SIDE.json, and
+#                            gapless-logs.tgz (each side's bench log, service logs, trace and its report)
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -261,29 +265,56 @@ e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both 
 }
 
 e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, driven by this tree's bench_e2e
-  local side=$1 dir=$2 commit=$3; shift 3
+  local side=$1 dir=$2 commit=$3 logs="$OUT/gapless-logs" work; shift 3
+  mkdir -p "$logs"
   QWEN3_TTS_COMMIT=$commit timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py "$@" --stack-dir "$dir" \
-    --model "$CKPT" --device cuda --concurrency "${GAPLESS_LEVELS:-64,256}" \
-    --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 --single-repeats 2 \
-    --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" --out "$OUT/gapless-$side.json" > "$OUT/gapless-$side.log" 2>&1
-  echo "== $side $commit (exit $?)" >> "$OUT/gapless.txt"
-  grep -E "^c=|stalls > |cpu %|^first request" "$OUT/gapless-$side.log" >> "$OUT/gapless.txt" \
-    || tail -5 "$OUT/gapless-$side.log" >> "$OUT/gapless.txt"
+    --model "$CKPT" --device "${GAPLESS_DEVICE:-cuda}" --concurrency "${GAPLESS_LEVELS:-64,256}" \
+    --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 \
+    --single-repeats "${GAPLESS_SINGLE_REPEATS:-2}" --frames "${GAPLESS_FRAMES:-125}" \
+    --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" \
+    --out "$OUT/gapless-$side.json" > "$logs/gapless-$side.log" 2>&1
+  echo "== $side $commit (exit $?) $*" >> "$OUT/gapless.txt"
+  grep -E "^c=|stalls > |cpu %|server p50|^first request" "$logs/gapless-$side.log" >> "$OUT/gapless.txt" \
+    || tail -5 "$logs/gapless-$side.log" >> "$OUT/gapless.txt"
+  # the stack's own logs (bench_e2e leaves its work dir) and the vocoder's step trace, if it wrote one
+  work=$(ls -td /tmp/bench-e2e-* 2>/dev/null | head -1)
+  for f in vocoder talker gateway; do [ -n "$work" ] && [ -f "$work/$f.log" ] && cp "$work/$f.log" "$logs/$side-$f.log"; done
+  if [ -f "$logs/$side-trace.jsonl" ]; then
+    python3 benchmarks/step_trace_report.py "$logs/$side-trace.jsonl" --split-idle-s 1 > "$logs/$side-trace-report.txt" 2>&1
+    gzip -f "$logs/$side-trace.jsonl"
+  fi
 }
 
 e2e_gapless() {
-  local side
+  # sides: base (build/base.tar), head (build/head.tar or this tree, GAPLESS_HEAD_ARGS), or any other
+  # NAME: the head tree again with the bench_e2e flags in GAPLESS_ARGS_NAME (an A/B of a flag on one
+  # machine). GAPLESS_TRACE=1: every side but base writes the vocoder's step trace. The per-side logs,
+  # the services' logs and the traces go into one archive, gapless-logs.tgz (the device tool brings
+  # back at most 8 files): gpu.txt, gapless.txt, a JSON per side and that archive.
+  local side head_dir head_commit args var trace
+  rm -rf "$OUT/gapless-logs"
+  if [ -f build/head.tar ]; then
+    rm -rf /tmp/gapless-head && mkdir -p /tmp/gapless-head && tar -xf build/head.tar -C /tmp/gapless-head
+    head_dir=/tmp/gapless-head head_commit=$(cat build/head.commit)
+  else
+    head_dir=$PWD head_commit=${QWEN3_TTS_COMMIT:-head}
+  fi
   for side in ${GAPLESS_SIDES:-base head}; do
+    trace=""
+    [ "${GAPLESS_TRACE:-0}" = 1 ] && trace="--vocoder-arg=--step-trace=$OUT/gapless-logs/$side-trace.jsonl"
     if [ "$side" = base ]; then
       unpack_base /tmp/gapless-base "$OUT/gapless.txt" || return 1
       e2e_gapless_run base /tmp/gapless-base "$(cat build/base.commit 2>/dev/null || echo base)"
-    elif [ -f build/head.tar ]; then
-      rm -rf /tmp/gapless-head && mkdir -p /tmp/gapless-head && tar -xf build/head.tar -C /tmp/gapless-head
-      e2e_gapless_run head /tmp/gapless-head "$(cat build/head.commit)" ${GAPLESS_HEAD_ARGS:-}
+    elif [ "$side" = head ]; then
+      e2e_gapless_run head "$head_dir" "$head_commit" ${GAPLESS_HEAD_ARGS:-} $trace
     else
-      e2e_gapless_run head "$PWD" "${QWEN3_TTS_COMMIT:-head}" ${GAPLESS_HEAD_ARGS:-}
+      var="GAPLESS_ARGS_$side"
+      args=${!var:-}
+      [ -n "$args" ] || echo "side $side: GAPLESS_ARGS_$side is empty, so it runs as head" >> "$OUT/gapless.txt"
+      e2e_gapless_run "$side" "$head_dir" "$head_commit" $args $trace
     fi
   done
+  tar czf "$OUT/gapless-logs.tgz" -C "$OUT" gapless-logs && rm -rf "$OUT/gapless-logs"
   cat "$OUT/gapless.txt"
 }
 
