@@ -264,6 +264,7 @@ def test_refused_frames_fail_every_request_of_that_vocoder(parts):
     Emitter(routes, outbox).emit([frames("r1", 0, 1, is_final=True)])
     assert sorted(e[2:] for e in outbox.of_kind("error")) == [("r1", "UNAVAILABLE"), ("r2", "UNAVAILABLE")]
     assert voc.last_heartbeat_s is None and len(routes) == 0
+    assert not voc.opens_in_flight   # r1's open never left: it holds no slot there
 
 
 def test_admin_outputs_go_to_their_queue_and_errors_to_the_gateway(parts):

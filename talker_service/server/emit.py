@@ -100,6 +100,8 @@ class Emitter:
         except zmq.ZMQError as exc:
             why = f"did not accept frames ({exc})"
             link.last_heartbeat_s = None   # unhealthy until it heartbeats again: new requests go elsewhere
+            for opened in batch.opens:     # never sent: no slot there to keep taken
+                link.opens_in_flight.pop(opened.handle, None)
             for route in batch.routes:   # some of them just finished: their routes are gone already
                 self.routes.fail_route(route, "UNAVAILABLE", f"request {route.request_id!r}: vocoder {link.name} {why}",
                                        notify_vocoder=False)
