@@ -146,6 +146,7 @@ def test_capture_goes_smallest_first_and_stops_at_the_budget(model, monkeypatch)
     class FakeStep:
         def __init__(self, decoder, batch_size, num_frames, pool=None, body=None, cudnn_benchmark=False):
             self.batch_size, self.num_frames = batch_size, num_frames
+            self.replay_ms = None   # not timed (as in emulation)
             made.append((batch_size, num_frames))
 
     class FakeMemory:  # 1 kB per row-frame captured
