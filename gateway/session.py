@@ -271,7 +271,8 @@ class Session:
             num_frames=gen.num_frames, num_text_tokens=gen.num_text_tokens or self.text.num_tokens,
             finish_reason=gen.finish_reason or tts_pb2.FINISH_REASON_END_OF_SPEECH,
             timings=tts_pb2.ServerTimings(queue_ms=gen.queue_ms, prefill_ms=gen.prefill_ms,
-                                          first_frame_ms=gen.first_frame_ms, encode_ms=self.encode_ms,
+                                          first_frame_ms=gen.first_frame_ms, second_frame_ms=gen.second_frame_ms,
+                                          encode_ms=self.encode_ms,
                                           voice_encode_ms=self.voice_encode_ms,
                                           admit_ms=max(0.0, ttfa_start_s - (self.entered_s or ttfa_start_s)) * 1e3),
             num_stalls=self.playback.num_stalls, longest_stall_ms=self.playback.longest_stall_s * 1e3)

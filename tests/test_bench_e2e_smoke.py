@@ -63,7 +63,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert single[mode]["ttfa_ms_p50"] > 0
         assert set(single[mode]["stages_p50_ms"]) == {"queue_ms", "prefill_ms", "first_frame_ms",
                                                       "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms",
-                                                      "voice_encode_ms", "admit_ms"}
+                                                      "voice_encode_ms", "admit_ms", "second_frame_ms"}
     for row in result["levels"]:
         # each service's CPU while the level ran, and the client's parts: the staggered run spreads
         # the streams of a level over two processes (one per closed-loop worker or arrival)
@@ -109,11 +109,14 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert talker["prefill_hit_rate"] == 0.0
         # the server's timings per stage, next to TTFA, from the streams' summaries
         assert list(row["stages"]) == ["queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms",
-                                       "vocoder_decode_ms", "encode_ms", "voice_encode_ms", "admit_ms"]
+                                       "vocoder_decode_ms", "encode_ms", "voice_encode_ms", "admit_ms",
+                                       "second_frame_ms"]
         for name, stage in row["stages"].items():
             assert 0 <= stage["p50_ms"] <= stage["p95_ms"], name
             assert all(r["timings"][name] >= 0 for r in row["raw"])
         for name in ("prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms"):
             assert row["stages"][name]["p50_ms"] > 0, name
+        # every stream has 8 frames: its second frame came after its first
+        assert all(r["timings"]["second_frame_ms"] > r["timings"]["first_frame_ms"] > 0 for r in row["raw"])
     assert "server p50/p95 ms: queue " in proc.stdout
     assert "(intake " in proc.stdout and ", emit " in proc.stdout   # the host time's phases, printed

@@ -106,7 +106,7 @@ def test_streamed_text_comes_back_as_audio_in_order(model_dir, talker, tmp_path)
     # its sum the summary's own timing
     timings = responses[-1].summary.timings
     assert set(stages) == {"queue", "prefill", "first_frame", "vocoder_first_chunk", "vocoder_decode", "encode",
-                           "voice_encode", "admit"}
+                           "voice_encode", "admit", "second_frame"}
     # the gateway's part before the first-audio clock: the talker's START/ACK round trip at least (the
     # client sends its first word only after the start message)
     assert timings.admit_ms > 0

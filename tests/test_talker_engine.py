@@ -220,3 +220,29 @@ def test_each_decode_returns_codes_of_its_own(graphs):
     second = runner.decode([0, 1], [4, 5], [2, 2], [302, 303])
     assert not np.shares_memory(first, second)
     assert np.array_equal(first, snapshot)
+
+
+def test_second_frame_time_shows_the_wait_for_the_second_text_token(engine):
+    """Streamed text: frame 2's decode needs text token 2, so the summary's second_frame_ms holds the
+    wait for it (the first audio chunk, two frames, waits with it)."""
+    clock = [1000.0]
+    engine.clock, real_clock = (lambda: clock[0]), engine.clock
+    try:
+        got = Collector()
+        ids = text_ids(50, 4)
+        feed = add(engine, "slow-text", ids[:1], 3, close=False)
+        for _ in range(5):            # prefilled with token 1 (its first frame), then parked on token 2
+            clock[0] += 0.010
+            got.take(engine.step())
+        assert len(got.frames["slow-text"]) == 1 and engine.load()["num_requests_parked"] == 1
+        clock[0] += 0.500             # the second word is slow to come
+        feed.push(ids[1:])
+        feed.close()
+        while engine.has_work():
+            clock[0] += 0.010
+            got.take(engine.step())
+        final = got.final["slow-text"]
+        assert 0 < final.first_frame_ms < 60
+        assert final.second_frame_ms >= final.first_frame_ms + 500
+    finally:
+        engine.clock = real_clock

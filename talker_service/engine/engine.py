@@ -466,9 +466,12 @@ class TalkerEngine:
             else:
                 codes = np.stack(pending) if pending else np.zeros((0, 16), dtype=np.int64)
             request.pending = []
-            if codes.shape[0] and not request.first_frame_s:
-                request.first_frame_s = now_s
-                self.stats.first_frame_time.add((now_s - request.arrival_s) * 1e3)
+            if codes.shape[0] and not request.second_frame_s:   # (set in a stream's first few steps only)
+                if not request.first_frame_s:
+                    request.first_frame_s = now_s
+                    self.stats.first_frame_time.add((now_s - request.arrival_s) * 1e3)
+                if request.num_frames >= 2:
+                    request.second_frame_s = now_s
             out = FramesOut(request.request_id, request.next_seq, codes, request.num_frames - codes.shape[0],
                             is_final=is_final)
             request.next_seq += 1
@@ -486,6 +489,7 @@ class TalkerEngine:
         out.queue_ms = (request.prefill_start_s - request.arrival_s) * 1e3 if request.prefill_start_s else 0.0
         out.prefill_ms = request.prefill_ms
         out.first_frame_ms = (request.first_frame_s - request.arrival_s) * 1e3 if request.first_frame_s else 0.0
+        out.second_frame_ms = (request.second_frame_s - request.arrival_s) * 1e3 if request.second_frame_s else 0.0
         out.total_ms = (now_s - request.arrival_s) * 1e3
 
     def load(self) -> dict[str, int | float]:

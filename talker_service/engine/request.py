@@ -45,6 +45,7 @@ class EngineRequest:
     prefill_start_s: float = 0.0
     prefill_ms: float = 0.0
     first_frame_s: float = 0.0
+    second_frame_s: float = 0.0
     finish_reason: str = ""        # FINISH_* once it stopped generating
     pending: list = field(default_factory=list)   # this step's frames, each np [16] int64
     # frame_limit()'s answer once the text has ended, with the two limits it was formed from
@@ -101,6 +102,7 @@ class FramesOut:
     queue_ms: float = 0.0
     prefill_ms: float = 0.0
     first_frame_ms: float = 0.0
+    second_frame_ms: float = 0.0
     total_ms: float = 0.0
 
 

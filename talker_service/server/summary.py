@@ -15,4 +15,4 @@ def summary_of(out: FramesOut) -> vocoder_pb2.GenerationSummary:
         finish_reason=FINISH_REASONS.get(out.finish_reason, tts_pb2.FINISH_REASON_MAX_FRAMES),
         num_frames=out.first_frame_index + out.codes.shape[0], num_prompt_tokens=out.num_prompt_tokens,
         num_text_tokens=out.num_text_tokens, queue_ms=out.queue_ms, prefill_ms=out.prefill_ms,
-        first_frame_ms=out.first_frame_ms, total_ms=out.total_ms)
+        first_frame_ms=out.first_frame_ms, second_frame_ms=out.second_frame_ms, total_ms=out.total_ms)

@@ -107,7 +107,7 @@ class FlushAck(_message.Message):
     def __init__(self, flush_id: _Optional[str] = ..., num_text_tokens: _Optional[int] = ...) -> None: ...
 
 class ServerTimings(_message.Message):
-    __slots__ = ("queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms", "voice_encode_ms", "admit_ms")
+    __slots__ = ("queue_ms", "prefill_ms", "first_frame_ms", "vocoder_first_chunk_ms", "vocoder_decode_ms", "encode_ms", "voice_encode_ms", "admit_ms", "second_frame_ms")
     QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
     FIRST_FRAME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,7 @@ class ServerTimings(_message.Message):
     ENCODE_MS_FIELD_NUMBER: _ClassVar[int]
     VOICE_ENCODE_MS_FIELD_NUMBER: _ClassVar[int]
     ADMIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SECOND_FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     queue_ms: float
     prefill_ms: float
     first_frame_ms: float
@@ -124,7 +125,8 @@ class ServerTimings(_message.Message):
     encode_ms: float
     voice_encode_ms: float
     admit_ms: float
-    def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., vocoder_first_chunk_ms: _Optional[float] = ..., vocoder_decode_ms: _Optional[float] = ..., encode_ms: _Optional[float] = ..., voice_encode_ms: _Optional[float] = ..., admit_ms: _Optional[float] = ...) -> None: ...
+    second_frame_ms: float
+    def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., vocoder_first_chunk_ms: _Optional[float] = ..., vocoder_decode_ms: _Optional[float] = ..., encode_ms: _Optional[float] = ..., voice_encode_ms: _Optional[float] = ..., admit_ms: _Optional[float] = ..., second_frame_ms: _Optional[float] = ...) -> None: ...
 
 class SynthesisSummary(_message.Message):
     __slots__ = ("audio_s", "time_to_first_audio_ms", "real_time_factor", "num_frames", "num_text_tokens", "finish_reason", "timings", "num_stalls", "longest_stall_ms")

@@ -26,7 +26,7 @@ from protos.tts.internal.v1 import common_pb2 as protos_dot_tts_dot_internal_dot
 from protos.tts.v1 import tts_pb2 as protos_dot_tts_dot_v1_dot_tts__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$protos/tts/internal/v1/vocoder.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x17protos/tts/v1/tts.proto\"\xd8\x01\n\x11GenerationSummary\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.tts.v1.FinishReason\x12\x12\n\nnum_frames\x18\x02 \x01(\r\x12\x19\n\x11num_prompt_tokens\x18\x03 \x01(\r\x12\x17\n\x0fnum_text_tokens\x18\x04 \x01(\r\x12\x10\n\x08queue_ms\x18\x05 \x01(\x02\x12\x12\n\nprefill_ms\x18\x06 \x01(\x02\x12\x16\n\x0e\x66irst_frame_ms\x18\x07 \x01(\x02\x12\x10\n\x08total_ms\x18\x08 \x01(\x02\"^\n\nFramesOpen\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08reply_to\x18\x03 \x01(\t\x12\x1a\n\x12num_context_frames\x18\x04 \x01(\r\"R\n\x0b\x46ramesClose\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x33\n\x07summary\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"\xc2\x01\n\x0b\x46ramesChunk\x12\x11\n\ttalker_id\x18\x01 \x01(\t\x12*\n\x05opens\x18\x04 \x03(\x0b\x32\x1b.tts.internal.v1.FramesOpen\x12,\n\x06\x63loses\x18\x05 \x03(\x0b\x32\x1c.tts.internal.v1.FramesClose\x12*\n\x06\x61rrays\x18\x06 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpecJ\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04R\x07\x65ntriesR\x05\x61rray\"W\n\x08PcmFinal\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\r\x12\x36\n\ngeneration\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"b\n\x0fPcmSampleFaults\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\r\x12\x1d\n\x15num_nonfinite_samples\x18\x02 \x01(\r\x12\x1b\n\x13num_clipped_samples\x18\x03 \x01(\r\"\xc7\x01\n\x08PcmBatch\x12\x16\n\x0esample_rate_hz\x18\x01 \x01(\r\x12\x13\n\x0brequest_ids\x18\x02 \x03(\t\x12)\n\x06\x66inals\x18\x03 \x03(\x0b\x32\x19.tts.internal.v1.PcmFinal\x12*\n\x06\x61rrays\x18\x04 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpec\x12\x37\n\rsample_faults\x18\x05 \x03(\x0b\x32 .tts.internal.v1.PcmSampleFaultsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$protos/tts/internal/v1/vocoder.proto\x12\x0ftts.internal.v1\x1a#protos/tts/internal/v1/common.proto\x1a\x17protos/tts/v1/tts.proto\"\xf1\x01\n\x11GenerationSummary\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.tts.v1.FinishReason\x12\x12\n\nnum_frames\x18\x02 \x01(\r\x12\x19\n\x11num_prompt_tokens\x18\x03 \x01(\r\x12\x17\n\x0fnum_text_tokens\x18\x04 \x01(\r\x12\x10\n\x08queue_ms\x18\x05 \x01(\x02\x12\x12\n\nprefill_ms\x18\x06 \x01(\x02\x12\x16\n\x0e\x66irst_frame_ms\x18\x07 \x01(\x02\x12\x10\n\x08total_ms\x18\x08 \x01(\x02\x12\x17\n\x0fsecond_frame_ms\x18\t \x01(\x02\"^\n\nFramesOpen\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08reply_to\x18\x03 \x01(\t\x12\x1a\n\x12num_context_frames\x18\x04 \x01(\r\"R\n\x0b\x46ramesClose\x12\x0e\n\x06handle\x18\x01 \x01(\r\x12\x33\n\x07summary\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"\xc2\x01\n\x0b\x46ramesChunk\x12\x11\n\ttalker_id\x18\x01 \x01(\t\x12*\n\x05opens\x18\x04 \x03(\x0b\x32\x1b.tts.internal.v1.FramesOpen\x12,\n\x06\x63loses\x18\x05 \x03(\x0b\x32\x1c.tts.internal.v1.FramesClose\x12*\n\x06\x61rrays\x18\x06 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpecJ\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04R\x07\x65ntriesR\x05\x61rray\"W\n\x08PcmFinal\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\r\x12\x36\n\ngeneration\x18\x02 \x01(\x0b\x32\".tts.internal.v1.GenerationSummary\"b\n\x0fPcmSampleFaults\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\r\x12\x1d\n\x15num_nonfinite_samples\x18\x02 \x01(\r\x12\x1b\n\x13num_clipped_samples\x18\x03 \x01(\r\"\xc7\x01\n\x08PcmBatch\x12\x16\n\x0esample_rate_hz\x18\x01 \x01(\r\x12\x13\n\x0brequest_ids\x18\x02 \x03(\t\x12)\n\x06\x66inals\x18\x03 \x03(\x0b\x32\x19.tts.internal.v1.PcmFinal\x12*\n\x06\x61rrays\x18\x04 \x03(\x0b\x32\x1a.tts.internal.v1.ArraySpec\x12\x37\n\rsample_faults\x18\x05 \x03(\x0b\x32 .tts.internal.v1.PcmSampleFaultsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.tts.internal.v1.voco
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATIONSUMMARY']._serialized_start=120
-  _globals['_GENERATIONSUMMARY']._serialized_end=336
-  _globals['_FRAMESOPEN']._serialized_start=338
-  _globals['_FRAMESOPEN']._serialized_end=432
-  _globals['_FRAMESCLOSE']._serialized_start=434
-  _globals['_FRAMESCLOSE']._serialized_end=516
-  _globals['_FRAMESCHUNK']._serialized_start=519
-  _globals['_FRAMESCHUNK']._serialized_end=713
-  _globals['_PCMFINAL']._serialized_start=715
-  _globals['_PCMFINAL']._serialized_end=802
-  _globals['_PCMSAMPLEFAULTS']._serialized_start=804
-  _globals['_PCMSAMPLEFAULTS']._serialized_end=902
-  _globals['_PCMBATCH']._serialized_start=905
-  _globals['_PCMBATCH']._serialized_end=1104
+  _globals['_GENERATIONSUMMARY']._serialized_end=361
+  _globals['_FRAMESOPEN']._serialized_start=363
+  _globals['_FRAMESOPEN']._serialized_end=457
+  _globals['_FRAMESCLOSE']._serialized_start=459
+  _globals['_FRAMESCLOSE']._serialized_end=541
+  _globals['_FRAMESCHUNK']._serialized_start=544
+  _globals['_FRAMESCHUNK']._serialized_end=738
+  _globals['_PCMFINAL']._serialized_start=740
+  _globals['_PCMFINAL']._serialized_end=827
+  _globals['_PCMSAMPLEFAULTS']._serialized_start=829
+  _globals['_PCMSAMPLEFAULTS']._serialized_end=927
+  _globals['_PCMBATCH']._serialized_start=930
+  _globals['_PCMBATCH']._serialized_end=1129
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerationSummary(_message.Message):
-    __slots__ = ("finish_reason", "num_frames", "num_prompt_tokens", "num_text_tokens", "queue_ms", "prefill_ms", "first_frame_ms", "total_ms")
+    __slots__ = ("finish_reason", "num_frames", "num_prompt_tokens", "num_text_tokens", "queue_ms", "prefill_ms", "first_frame_ms", "total_ms", "second_frame_ms")
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
     NUM_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class GenerationSummary(_message.Message):
     PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
     FIRST_FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SECOND_FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     finish_reason: _tts_pb2.FinishReason
     num_frames: int
     num_prompt_tokens: int
@@ -26,7 +27,8 @@ class GenerationSummary(_message.Message):
     prefill_ms: float
     first_frame_ms: float
     total_ms: float
-    def __init__(self, finish_reason: _Optional[_Union[_tts_pb2.FinishReason, str]] = ..., num_frames: _Optional[int] = ..., num_prompt_tokens: _Optional[int] = ..., num_text_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+    second_frame_ms: float
+    def __init__(self, finish_reason: _Optional[_Union[_tts_pb2.FinishReason, str]] = ..., num_frames: _Optional[int] = ..., num_prompt_tokens: _Optional[int] = ..., num_text_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., first_frame_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., second_frame_ms: _Optional[float] = ...) -> None: ...
 
 class FramesOpen(_message.Message):
     __slots__ = ("handle", "request_id", "reply_to", "num_context_frames")
