@@ -145,16 +145,23 @@ def test_heartbeats_name_each_talkers_last_open_that_the_load_counts(server_and_
     heartbeat carries: the heartbeat names the last open it does count, per talker, so the talker
     keeps the later ones' slots taken (Load.last_open_handle; talker_service/server/vocoders.py)."""
     server, [a, b] = server_and_talkers(num_talkers=2, max_slots=4)
+    beats: dict = {a: [], b: []}
+
+    def heard(used: int) -> bool:
+        """Every talker has been sent a heartbeat whose load shows `used` slots taken."""
+        for talker, got in beats.items():
+            got.extend(h for t, h in talker.drain_dealer() if t == wire.MessageType.HEARTBEAT)
+        return all(any(h.load.num_slots_used == used for h in got) for got in beats.values())
+
     server.broadcast_heartbeat()
-    pump(server, lambda: [t for t, _ in a.drain_dealer() if t == wire.MessageType.HEARTBEAT] != [])
-    assert a.last_load.HasField("last_open_handle") and a.last_load.last_open_handle == 0   # none of a's yet
+    pump(server, lambda: heard(0))
+    assert all(h.load.HasField("last_open_handle") and h.load.last_open_handle == 0 for h in beats[a])   # none yet
     a.send_frames([(entry("a1", 0, 2, reply_to=a.reply_to), random_codes(0, 2))])
     a.send_frames([(entry("a2", 0, 2, reply_to=a.reply_to), random_codes(1, 2))])
     pump(server, lambda: {"a1", "a2"} <= set(server.engine.streams))
     server.broadcast_heartbeat()
-    beats_a, beats_b = [], []
-    pump(server, lambda: bool(beats_a.extend(h for t, h in a.drain_dealer() if t == wire.MessageType.HEARTBEAT)
-                              or beats_a) and bool(beats_b.extend(h for t, h in b.drain_dealer()
-                                                                   if t == wire.MessageType.HEARTBEAT) or beats_b))
-    assert beats_a[-1].load.num_slots_used == 2 and beats_a[-1].load.last_open_handle == a.handles["a2"]
-    assert beats_b[-1].load.num_slots_used == 2 and beats_b[-1].load.last_open_handle == 0   # b opened none
+    pump(server, lambda: heard(2))
+    beat_a = next(h for h in beats[a] if h.load.num_slots_used == 2)
+    beat_b = next(h for h in beats[b] if h.load.num_slots_used == 2)
+    assert beat_a.load.last_open_handle == a.handles["a2"]
+    assert beat_b.load.HasField("last_open_handle") and beat_b.load.last_open_handle == 0   # b opened none
