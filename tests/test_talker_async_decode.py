@@ -18,8 +18,8 @@ from test_talker_engine import (  # noqa: F401 - rerun here with async_decode on
     test_max_context_ends_with_context_reason_and_long_prompt_fails,
     test_no_slot_or_cache_leak_after_thousands_of_requests,
     test_parked_request_does_not_stall_others_and_token_by_token_equals_all_at_once,
-    test_request_waiting_for_its_first_text_lets_others_prefill, test_staggered_batching_equals_each_request_alone,
-    test_text_budget_ends_a_runaway_request_and_a_streamed_text_grows_it)
+    test_request_waiting_for_its_first_text_lets_others_prefill, test_second_frame_time_shows_the_wait_for_the_second_text_token,
+    test_staggered_batching_equals_each_request_alone, test_text_budget_ends_a_runaway_request_and_a_streamed_text_grows_it)
 from test_talker_engine_support import Collector, add, make_engine, run_until_idle, text_ids
 
 

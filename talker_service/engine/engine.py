@@ -377,6 +377,7 @@ class TalkerEngine:
         codes = launched.codes.wait(self.runner.wait_clock)   # [n, 16]
         eos = self.vocab.ids.codec_eos
         running = RequestState.RUNNING
+        now_s = self.clock()
         outs = []
         for i, (request, code0) in enumerate(zip(launched.requests, codes[:, 0].tolist())):
             num_frames = request.num_frames
@@ -392,6 +393,8 @@ class TalkerEngine:
             request.max_frames = limit
             request.frames_in_flight -= 1
             request.num_frames = num_frames + 1
+            if num_frames == 1:   # its second frame (the first came from its prefill)
+                request.second_frame_s = now_s
             outs.append(FramesOut(request.request_id, request.next_seq, codes[i:i + 1], num_frames))
             request.next_seq += 1
         self.stats.num_frames_generated += len(outs)
