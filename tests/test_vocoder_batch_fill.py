@@ -60,6 +60,13 @@ def test_a_filled_row_that_takes_a_streams_last_frames_ends_it_and_graph_shapes_
     # a runner whose captured graphs have 2 rows at bucket 8: one free row, the ended stream's whole tail
     fill_batches([batch], streams, [done], BATCH_SIZES, covering_shape=lambda bs, t: (2, 8))
     assert [(r.request_id, r.num_frames, r.is_final) for r in batch.rows] == [("one", 2, False), ("done", 5, True)]
+    # a batch of bucket 2 whose calls replay a 2 x 4 graph (its own shape's was slow): rows take up to 4
+    # frames, and the batch's bucket grows to its longest row, still within that graph
+    a, b = stream("a", 3, 6, 1.0), stream("b", 4, 3, 1.1)
+    short = PlannedBatch(2, [row(a, 2), row(b, 2)])
+    added = fill_batches([short], {"a": a, "b": b}, [], BATCH_SIZES, covering_shape=lambda bs, t: (2, 4))
+    assert [(r.num_frames, r.is_final) for r in short.rows] == [(4, False), (3, False)] and added == 3
+    assert short.frames_bucket == 4
     # no free row when the batch fills its graph; a stream that has not started waits for a whole first chunk
     new = stream("new", 2, 1)
     assert spare_streams([new], set(), 0.0, min_first_frames=2) == []

@@ -7,7 +7,9 @@ each launch was padding, and rows shorter than their batch's T padded the rest. 
 device time (a row-frame of padding and one of audio cost the same) and decodes audio earlier:
 
 - **Longer rows.** A row of a stream that has more frames waiting takes up to T of them (its chunk
-  gets longer, its listener's deadline moves further away). A voice clone's priming rows keep their
+  gets longer, its listener's deadline moves further away). T is the graph's, which may be longer
+  than the batch's frame bucket (a call of a slow graph's shape replays a bigger one, graphs.py): the
+  batch's bucket then grows to the longest row, within that graph. A voice clone's priming rows keep their
   size (they are not audio), and a row never takes a stream's last frames unless it marks the end.
 - **More rows.** Streams left out of the step (deferred by the step budget, or waiting for a bigger
   chunk) fill the batch's empty rows, earliest deadline first, with up to T frames each.
@@ -47,8 +49,7 @@ def fill_batches(batches: list[PlannedBatch], streams: dict[str, StreamState], s
     added = 0
     spare_iter = iter(spare)
     for batch in batches:
-        rows_cap, _ = padded_shape(batch, batch_sizes, covering_shape)
-        t = batch.frames_bucket
+        rows_cap, t = padded_shape(batch, batch_sizes, covering_shape)
         for i, row in enumerate(batch.rows):
             stream = streams[row.request_id]
             if not row.emit or row.is_final or stream.num_pending <= row.num_frames:
@@ -63,6 +64,7 @@ def fill_batches(batches: list[PlannedBatch], streams: dict[str, StreamState], s
             n = min(stream.num_pending, t)
             batch.rows.append(_row(stream, n))
             added += n
+        batch.frames_bucket = max(batch.frames_bucket, max(r.num_frames for r in batch.rows))
     return added
 
 
