@@ -46,7 +46,8 @@ def summarize(lines: list[dict]) -> dict:
         "first_chunks": len(firsts),
         "first_wait_since_open_ms": pcts([f[0] for f in firsts]),
         "first_wait_since_oldest_frame_ms": pcts([f[1] for f in firsts]),
-        "late_chunks": int(sum(s.get("late", 0) for s in lines)),
+        # (traces written before late_chunks was listed, 2026-11-28 4054890, carry a count only)
+        "late_chunks": sum(len(s["late_chunks"]) if "late_chunks" in s else s.get("late", 0) for s in lines),
     }
     late = [chunk for s in lines for chunk in s.get("late_chunks", [])]   # [ms, cause, frames, index]
     if late:

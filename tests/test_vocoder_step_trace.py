@@ -63,3 +63,4 @@ def test_a_late_chunk_is_traced_with_its_lateness_cause_and_index(tmp_path):
     assert late == [[], [[240.0, "queued", 2, 1]]]
     report = summarize([json.loads(line) for line in path.read_text().splitlines()])
     assert report["late_by_cause"] == {"queued": 1} and report["late_by_chunk_index"] == {1: 1}
+    assert report["late_chunks"] == 1 and report["late_ms"]["max"] == 240.0

@@ -270,7 +270,6 @@ class VocoderEngine:
         trace = self.trace
         if trace is not None:
             traced = self._trace_plan(batches, step_start_s)
-            late_before = self.deadline_stats["late_chunks"]
             self._traced_late = []
         launched = [self._launch_batch(batch) for batch in batches]
         for i, (batch, launch) in enumerate(zip(batches, launched)):
@@ -285,7 +284,6 @@ class VocoderEngine:
             self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
                                         ended_s - step_start_s, ended_s, work_left=self._last_plan_deferred > 0)
         if trace is not None and (batches or empty):
-            traced["late"] = self.deadline_stats["late_chunks"] - late_before
             traced["late_chunks"] = self._traced_late   # [ms late, cause, frames, the chunk's index in its stream]
             trace.step(step_start_s, ended_s, traced)
         return out
