@@ -123,10 +123,10 @@ class VocoderServer:
         outs = self.engine.step(on_outputs=self.emit_locked if self.config.debug_step_delay_s <= 0 else
                                 self._slow_sender())
         self.busy.end(worked=bool(outs))   # a step with nothing to send found nothing to do: idle
-        with self.sockets_lock:
-            self.send_credits()
+        with self.sockets_lock:   # one load a turn: the heartbeat thread's snapshot and the credits
             self.latest_load = self.load()
             self.latest_open_handles = dict(self.intake.last_open_handle)
+            self.send_credits(self.latest_load)
         self.beats.mark_progress()
 
     def idle_timeout_ms(self) -> int:
@@ -267,13 +267,13 @@ class VocoderServer:
     def load(self):
         return engine_load(self.engine, self.runner.stats)
 
-    def send_credits(self) -> None:
+    def send_credits(self, load) -> None:
         """Credits: talkers learn at once when slots free up, and when chunks start (or stop) being
         late, so a talker holding new streams back hears it (the heartbeat thread repeats both each
-        period)."""
-        used, is_late = self.engine.slots.num_used, self.engine.num_late_recent() > 0
+        period). `load`: this turn's (with latest_open_handles taken at the same time)."""
+        used, is_late = load.num_slots_used, load.num_late_chunks_recent > 0
         if used < self.announced_slots_used or is_late != self.announced_late:
-            self.broadcast_heartbeat()
+            self.broadcast_heartbeat(load, self.latest_open_handles)
         self.announced_slots_used, self.announced_late = used, is_late
 
     def maintenance(self) -> None:
