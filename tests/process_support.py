@@ -73,6 +73,23 @@ class ServiceProcess:
         return self.child.wait_or_kill(timeout_s)
 
 
+@contextlib.contextmanager
+def ready_with_channel(proc: ServiceProcess, timeout_s: float) -> Iterator[ServiceProcess]:
+    """`proc` once its ready file is there, with `proc.channel` open on its gRPC side port; the
+    channel closed and the process killed when the block ends (a start-up failure too)."""
+    import grpc
+
+    try:
+        proc.wait_ready(timeout_s)
+        proc.channel = grpc.insecure_channel(f"127.0.0.1:{proc.info['grpc_port']}")
+        try:
+            yield proc
+        finally:
+            proc.channel.close()
+    finally:
+        proc.kill()
+
+
 class VocoderProcess(ServiceProcess):
     def __init__(self, work_dir: Path, args: list[str]) -> None:
         super().__init__(work_dir, "vocoder", "vocoder_service", args)

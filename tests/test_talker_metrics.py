@@ -7,14 +7,12 @@ the talker lists one where nothing listens."""
 from __future__ import annotations
 
 import threading
-import time
 
-import grpc
 import pytest
 
 from checkpoint.files import resolve_model_dir
 from metrics_support import scrape, wait_scrape
-from process_support import TalkerProcess, dead_port
+from process_support import TalkerProcess, dead_port, ready_with_channel
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from protos.tts.v1 import config_pb2
 
@@ -32,13 +30,8 @@ def talker(tmp_path_factory):
             "--vocoders", f"tcp://127.0.0.1:{unused_port}", "--grpc-host", "127.0.0.1", "--grpc-port", "0",
             "--metrics-port", "0", "--busy-window-s", "2", "--max-slots", "2", "--max-queued", "3",
             "--max-seq-len", "256", "--debug-step-delay-s", str(STEP_DELAY_S)])
-        try:
-            proc.wait_ready(WAIT_S * 2)
-            proc.channel = grpc.insecure_channel(f"127.0.0.1:{proc.info['grpc_port']}")
+        with ready_with_channel(proc, WAIT_S * 2):
             yield proc
-            proc.channel.close()
-        finally:
-            proc.kill()
 
 
 def generate(channel, num_frames: int) -> list:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 
-import grpc
 import numpy as np
 import pytest
 import yaml
 
 from checkpoint.files import resolve_model_dir
 from metrics_support import scrape, wait_scrape
-from process_support import VocoderProcess
+from process_support import VocoderProcess, ready_with_channel
 from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 from service_common.metrics import MetricsServer
 from test_deploy_support import CHART
@@ -161,13 +160,8 @@ def vocoder(tmp_path_factory):
         "--grpc-host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "0", "--busy-window-s", "2",
         "--max-slots", "4", "--first-chunk-frames", "2", "--steady-chunk-frames", "4", "--max-wait-ms", "50",
         "--heartbeat-interval-ms", "200"])
-    try:
-        proc.wait_ready(WAIT_S * 3)
-        proc.channel = grpc.insecure_channel(f"127.0.0.1:{proc.info['grpc_port']}")
+    with ready_with_channel(proc, WAIT_S * 3):
         yield proc
-        proc.channel.close()
-    finally:
-        proc.kill()
 
 
 def test_a_vocoder_process_exports_what_its_engine_counts(vocoder):
