@@ -183,7 +183,11 @@ def test_a_vocoder_process_exports_what_its_engine_counts(vocoder):
     finally:
         talker.close()
     assert all(got[rid].error is None for rid in rids)
-    busy = wait_scrape(port, lambda v: v["qwen3_tts_vocoder_requests_completed_total"] == 3, timeout_s=WAIT_S)
+    # the engine counts a stream completed when its final chunk is decoded; the server counts its audio
+    # once that chunk is sent, a moment later on the same loop: wait for both (a scrape between them
+    # read 1.92 of the 2.88 s)
+    busy = wait_scrape(port, lambda v: v["qwen3_tts_vocoder_requests_completed_total"] == 3 and
+                       v["qwen3_tts_vocoder_audio_seconds_total"] == pytest.approx(36 * SPF / 24000), timeout_s=WAIT_S)
     assert busy["qwen3_tts_vocoder_busy_ratio"] > 0.0 and busy["qwen3_tts_vocoder_busy_seconds_total"] > 0.0
     stats = admin_pb2_grpc.VocoderAdminStub(vocoder.channel).GetStats(admin_pb2.GetStatsRequest(), timeout=WAIT_S)
     assert busy["qwen3_tts_vocoder_requests_started_total"] == stats.requests.num_started == 3
