@@ -279,3 +279,76 @@ def test_no_slot_leaks_after_thousands_of_requests():
             drain(eng, {})
         assert eng.num_active == 0
     assert eng.slots.num_free == 4 and eng.slots.num_used == 0
+
+
+class OrderRunner(FakeRunner):
+    """FakeRunner that logs each reset and decode, in order."""
+
+    def __init__(self, max_slots, fail_reset=False):
+        super().__init__(max_slots)
+        self.log = []
+        self.fail_reset = fail_reset
+
+    def reset(self, slots):
+        self.log.append(("reset", sorted(slots)))
+        if self.fail_reset:
+            raise RuntimeError("device fault")
+        super().reset(slots)
+
+    def decode(self, codes, slots, lengths):
+        self.log.append(("decode", sorted(int(s) for s in slots)))
+        return super().decode(codes, slots, lengths)
+
+
+def test_streams_opened_between_steps_share_one_reset_before_the_first_decode():
+    # a reset per open waited on the device once per stream: a burst of arrivals held every
+    # running stream's next chunk for the whole burst
+    cfg = VocoderEngineConfig(max_slots=8, samples_per_frame=SPF, sample_rate_hz=int(SPF * 12.5))
+    runner = OrderRunner(8)
+    eng = VocoderEngine(runner, cfg, clock=lambda: 0.0)
+    rng = np.random.default_rng(3)
+    codes = {f"r{i}": rng.integers(0, 2048, (6, 16)) for i in range(6)}
+    for rid in list(codes)[:5]:
+        eng.open(rid)
+    assert runner.log == []                        # nothing touches the device at open
+    for rid in list(codes)[:5]:
+        eng.add_frames(rid, 0, codes[rid], is_final=True)
+    outs = {}
+    for o in eng.step():
+        outs.setdefault(o.request_id, []).append(o)
+    assert runner.log[0] == ("reset", [0, 1, 2, 3, 4]) and [e[0] for e in runner.log[1:]] == ["decode"] * (len(runner.log) - 1)
+    # a stream finished, its slot taken by a new one: that slot is reset again before it is decoded
+    drain(eng, outs)
+    runner.state[:] = 99.0                         # stale state a missing reset would leak into r5's audio
+    eng.open("r5")
+    eng.add_frames("r5", 0, codes["r5"], is_final=True)
+    before = len(runner.log)
+    drain(eng, outs)
+    assert runner.log[before][0] == "reset" and eng.streams == {}
+    for rid, c in codes.items():
+        assert np.array_equal(np.concatenate([o.pcm for o in outs[rid]]), offline(c)), rid
+
+
+def test_a_failed_reset_fails_only_the_new_streams():
+    cfg = VocoderEngineConfig(max_slots=4, samples_per_frame=SPF, sample_rate_hz=int(SPF * 12.5))
+    runner = OrderRunner(4)
+    eng = VocoderEngine(runner, cfg, clock=lambda: 0.0)
+    codes = np.random.default_rng(4).integers(0, 2048, (8, 16))
+    eng.open("old")
+    eng.add_frames("old", 0, codes[:4])
+    outs = {}
+    for o in eng.step():
+        outs.setdefault(o.request_id, []).append(o)
+    runner.fail_reset = True
+    eng.open("new")
+    eng.add_frames("new", 0, codes[:4], is_final=True)
+    eng.add_frames("old", 1, codes[4:], is_final=True)
+    sent = []
+    for o in eng.step(on_outputs=sent.extend):
+        outs.setdefault(o.request_id, []).append(o)
+    [err] = outs["new"]
+    assert err.code == "INTERNAL" and "reset failed" in err.message and err in sent
+    runner.fail_reset = False
+    drain(eng, outs)
+    assert np.array_equal(np.concatenate([o.pcm for o in outs["old"]]), offline(codes))
+    assert eng.num_active == 0 and eng.slots.num_free == 4

@@ -95,7 +95,9 @@ class StreamingDecoder:
         bad = (index < 0) | (index >= self.max_slots)
         if bool(bad.any()):
             raise ValueError(f"slot out of range [0, {self.max_slots}): {index[bad].tolist()}")
-        self._zero_rows(index.to(self.device))
+        # non_blocking from pageable memory: staged before the call returns, no wait for the device
+        # (a blocking copy waited for the GPU's time slice behind the talker's kernels)
+        self._zero_rows(index.to(self.device, non_blocking=True))
 
     def _zero_rows(self, index: torch.Tensor) -> None:
         for pool in self.pools.values():

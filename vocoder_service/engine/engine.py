@@ -105,6 +105,11 @@ class VocoderEngine:
         self.trace: StepTrace | None = None   # --step-trace: a JSON line per step (step_trace.py)
         self._traced_late: list = []
         self._late_at_s: deque[float] = deque(maxlen=4096)   # when audible late chunks left (num_late_recent)
+        # (request id, slot) opened since the last step: their slots are reset together before the
+        # step's first decode. A reset per open made the loop wait on the device once per stream
+        # (~2 ms each behind the talker's kernels): 150 arrivals between two steps held every
+        # running stream's next chunk ~300 ms (benchmarks/results/2026-11-28-gapless4-h200.md).
+        self._opened_unreset: list[tuple[str, int]] = []
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -123,7 +128,7 @@ class VocoderEngine:
             self.stats["refused"] += 1
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r} refused: {exc}") from None
         now = self.clock()
-        self.runner.reset([slot])
+        self._opened_unreset.append((request_id, slot))
         self.streams[request_id] = StreamState(request_id, slot, reply_to, talker_id, now, now)
         self.stats["opened"] += 1
         logger.debug("request %s opened in slot %d", request_id, slot)
@@ -265,6 +270,12 @@ class VocoderEngine:
         if batches:
             self.host_times.add("plan", time.perf_counter() - started)
             self.host_times.count_call()
+        failed = self._reset_opened_slots() if batches else []
+        if failed:   # only on a device fault: the batches holding those streams wait for the next step
+            out.extend(failed)
+            if on_outputs is not None:
+                on_outputs(failed)
+            batches = [b for b in batches if all(r.request_id in self.streams for r in b.rows)]
         # every batch queued first, then read in order: the device goes from one to the next while
         # the host gathers the next batch's codes and emits the previous one's chunks
         trace = self.trace
@@ -287,6 +298,22 @@ class VocoderEngine:
             traced["late_chunks"] = self._traced_late   # [ms late, cause, frames, the chunk's index in its stream]
             trace.step(step_start_s, ended_s, traced)
         return out
+
+    def _reset_opened_slots(self) -> list[ErrorOut]:
+        """Fresh decoder state for every slot opened since the last step, in one runner call (before
+        any decode: a batch may hold those streams, or fill its padding with them). If the device
+        fails it, those streams fail and the rest keep serving."""
+        if not self._opened_unreset:
+            return []
+        opened, self._opened_unreset = self._opened_unreset, []
+        try:
+            self.runner.reset([slot for _, slot in opened])
+        except Exception as exc:  # noqa: BLE001 - a device fault ends these streams, not the service
+            logger.exception("resetting the decoder state of %d new streams failed", len(opened))
+            return [self._fail(self.streams[rid], "INTERNAL", f"request {rid!r}: decoder state reset failed: "
+                               f"{type(exc).__name__}: {exc}")
+                    for rid, slot in opened if rid in self.streams and self.streams[rid].slot == slot]
+        return []
 
     def _trace_plan(self, batches: list[PlannedBatch], step_start_s: float) -> dict:
         """The step's plan for the trace: rows, due rows, first chunks (with how long each stream
