@@ -114,6 +114,7 @@ def test_the_engine_starts_only_what_the_gate_lets_through_and_does_not_spin_whi
         add(engine, "second", text_ids(2, 8), 2, max_new_tokens=4, min_new_tokens=4)
         assert not engine.has_runnable()              # queued and ready, but nothing may start: no busy loop
         assert engine.admit() == [] and engine.oldest_ready_arrival_s() is not None
+        assert engine.describe_queue() == "talker: 4 of 4 slots free, 2 queued (2 with the text to start), 0 prefills under way"
         gate.allowed = {"second"}                     # the second's vocoder has room, the first's not
         assert engine.has_runnable() and engine.admit() == ["second"] and gate.taken == ["second"]
         engine.admission = None
@@ -150,3 +151,33 @@ def test_the_vocoder_counts_audible_late_chunks_over_the_last_second():
     assert engine.num_late_recent() == 1
     clock[0] = 1.6                                    # a second later it no longer counts
     assert engine.num_late_recent() == 0
+
+
+def test_a_long_wait_is_logged_with_what_holds_it(links, caplog):
+    clock = [100.0]
+    arrived = [None]
+    routed = {"a": links.links[0]}
+    admission = Admission(links, routed.get, lambda: arrived[0], hold_s=0.0, clock=lambda: clock[0],
+                          describe_talker=lambda: "talker: 3 of 4 slots free")
+    beat(links, 0, 100.0, used=8)                     # vocoder 0 full
+    links.links[0].opened("x", 7)                     # and one of our opens it has not counted
+    caplog.set_level("INFO", logger="talker_service.server.admission")
+    arrived[0] = 100.0
+    for t in (100.0, 100.1, 100.2):                   # under the log threshold: nothing
+        clock[0] = t
+        admission.begin()
+    assert admission.num_wait_logs == 0
+    for t in (100.3, 100.4, 100.5, 100.9):            # past it: once, then not again within a second
+        clock[0] = t
+        admission.begin()
+    assert admission.num_wait_logs == 1
+    clock[0] = 101.4
+    admission.begin()
+    assert admission.num_wait_logs == 2
+    text = [r.getMessage() for r in caplog.records if "has waited" in r.getMessage()]
+    assert len(text) == 2 and "has waited 300 ms" in text[0] and "talker: 3 of 4 slots free" in text[0]
+    assert "vocoder v0: -1 free of 8" in text[0] and "8 used, 1 of our opens not counted yet" in text[0]
+    arrived[0] = None                                 # nothing ready waits: quiet
+    clock[0] = 103.0
+    admission.begin()
+    assert admission.num_wait_logs == 2

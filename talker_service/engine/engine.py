@@ -176,6 +176,13 @@ class TalkerEngine:
         """Arrival (engine clock) of the longest-waiting queued request whose prefill could start."""
         return min((r.arrival_s for r in self.scheduler.queued.values() if r.feed.is_prefill_ready), default=None)
 
+    def describe_queue(self) -> str:
+        """The talker's own side of a queue wait, for the admission log."""
+        s = self.scheduler
+        ready = sum(1 for r in s.queued.values() if r.feed.is_prefill_ready)
+        return (f"talker: {len(s.free_slots)} of {s.max_slots} slots free, {len(s.queued)} queued "
+                f"({ready} with the text to start), {len(self._prefilling)} prefills under way")
+
     def _any_may_start(self) -> bool:
         gate = self.admission
         if gate is not None:

@@ -103,7 +103,7 @@ class TalkerServer:
                                          gateway_check_interval_s=cfg.heartbeat_interval_ms / 1e3)
         # queued requests start only into free vocoder slots, and wait while a vocoder is behind
         self.admission = Admission(self.vocoders, self._vocoder_of, self.engine.oldest_ready_arrival_s,
-                                   cfg.deadline_hold_ms / 1e3)
+                                   cfg.deadline_hold_ms / 1e3, describe_talker=self.engine.describe_queue)
         self.engine.admission = self.admission
 
     def _vocoder_of(self, request_id: str) -> VocoderLink | None:
