@@ -165,3 +165,29 @@ def test_heartbeats_name_each_talkers_last_open_that_the_load_counts(server_and_
     beat_b = next(h for h in beats[b] if h.load.num_slots_used == 2)
     assert beat_a.load.last_open_handle == a.handles["a2"]
     assert beat_b.load.HasField("last_open_handle") and beat_b.load.last_open_handle == 0   # b opened none
+
+
+def test_a_turn_whose_opens_and_endings_cancel_out_still_names_its_opens(server_and_talkers):
+    """Streams ending in the turn that opens arrive leave `used` where it was: the talker, which
+    counts its opens as taking a slot until a heartbeat names them, must hear that they are counted
+    at once, not at the next periodic heartbeat (it held ready requests ~1 s at 256 streams)."""
+    server, [talker] = server_and_talkers(max_slots=4)
+    talker.send_frames([(entry("x1", 0, 2, reply_to=talker.reply_to), random_codes(0, 4)[:2])])
+    pump(server, lambda: "x1" in server.engine.streams and server.engine.streams["x1"].num_chunks_emitted >= 1)
+    for _ in range(3):
+        server.run_once()
+    talker.drain_dealer()
+    assert server.engine.slots.num_used == 1
+    # one talker step: x1's last frames and x2's open; one vocoder turn takes both
+    talker.send_frames([(entry("x1", 1, 2, final=True), random_codes(0, 4)[2:]),
+                        (entry("x2", 0, 2, reply_to=talker.reply_to), random_codes(1, 2))])
+    pump(server, lambda: "x1" not in server.engine.streams)
+    assert "x2" in server.engine.streams and server.engine.slots.num_used == 1
+    beats: list = []
+
+    def named() -> bool:
+        beats.extend(h for t, h in talker.drain_dealer() if t == wire.MessageType.HEARTBEAT)
+        return any(h.load.last_open_handle == talker.handles["x2"] for h in beats)
+
+    pump(server, named, timeout_s=5.0)   # no periodic heartbeat here: only the turn's credits
+    assert [h.load.num_slots_used for h in beats if h.load.last_open_handle == talker.handles["x2"]][0] == 1

@@ -78,6 +78,7 @@ class VocoderServer:
         self.poller.register(self.admin.fileno(), zmq.POLLIN)
         self.next_maintenance_s = 0.0
         self.announced_slots_used, self.announced_late = 0, False
+        self.announced_open_handles: dict[bytes, int] = {}   # each talker's last open that a heartbeat named
         logger.info("vocoder %s receiving frames on %s", self.peer_id, self.endpoint)
 
     def init_handlers(self) -> None:
@@ -268,12 +269,19 @@ class VocoderServer:
         return engine_load(self.engine, self.runner.stats)
 
     def send_credits(self, load) -> None:
-        """Credits: talkers learn at once when slots free up, and when chunks start (or stop) being
-        late, so a talker holding new streams back hears it (the heartbeat thread repeats both each
-        period). `load`: this turn's (with latest_open_handles taken at the same time)."""
+        """Credits: talkers learn at once when slots free up, when their opens are counted, and when
+        chunks start (or stop) being late, so a talker holding new streams back hears it (the
+        heartbeat thread repeats all of it each period). `load`: this turn's (with
+        latest_open_handles taken at the same time)."""
         used, is_late = load.num_slots_used, load.num_late_chunks_recent > 0
-        if used < self.announced_slots_used or is_late != self.announced_late:
+        # new opens counted: a talker counts its opens as taking a slot until a heartbeat names them,
+        # on top of the load it last heard. When streams ended in the same turn as opens arrived,
+        # used did not fall, and without this the talker saw the ended streams' slots as taken until
+        # the next periodic heartbeat (up to 1 s): at 256 streams 42-59 ready requests waited that long.
+        counted = self.latest_open_handles != self.announced_open_handles
+        if used < self.announced_slots_used or is_late != self.announced_late or counted:
             self.broadcast_heartbeat(load, self.latest_open_handles)
+            self.announced_open_handles = self.latest_open_handles
         self.announced_slots_used, self.announced_late = used, is_late
 
     def maintenance(self) -> None:
