@@ -278,6 +278,7 @@ def test_no_slot_leaks_after_thousands_of_requests():
             eng.add_frames(rid, 0, np.zeros((0, 16), np.int64), is_final=True)
             drain(eng, {})
         assert eng.num_active == 0
+        assert len(eng._opened_unreset) <= 4   # resets owed to slots opened without a decode since: bounded
     assert eng.slots.num_free == 4 and eng.slots.num_used == 0
 
 

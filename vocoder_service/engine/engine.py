@@ -105,11 +105,11 @@ class VocoderEngine:
         self.trace: StepTrace | None = None   # --step-trace: a JSON line per step (step_trace.py)
         self._traced_late: list = []
         self._late_at_s: deque[float] = deque(maxlen=4096)   # when audible late chunks left (num_late_recent)
-        # (request id, slot) opened since the last step: their slots are reset together before the
-        # step's first decode. A reset per open made the loop wait on the device once per stream
-        # (~2 ms each behind the talker's kernels): 150 arrivals between two steps held every
-        # running stream's next chunk ~300 ms (benchmarks/results/2026-11-28-gapless4-h200.md).
-        self._opened_unreset: list[tuple[str, int]] = []
+        # slot -> request id, opened since the last decode: their slots are reset together before the
+        # next step's first decode (bounded by the slots). A reset per open made the loop wait on the
+        # device once per stream (~2 ms each behind the talker's kernels): 150 arrivals between two
+        # steps held every running stream's next chunk ~300 ms (results/2026-11-28-gapless4-h200.md).
+        self._opened_unreset: dict[int, str] = {}
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -128,7 +128,7 @@ class VocoderEngine:
             self.stats["refused"] += 1
             raise EngineError("RESOURCE_EXHAUSTED", f"request {request_id!r} refused: {exc}") from None
         now = self.clock()
-        self._opened_unreset.append((request_id, slot))
+        self._opened_unreset[slot] = request_id
         self.streams[request_id] = StreamState(request_id, slot, reply_to, talker_id, now, now)
         self.stats["opened"] += 1
         logger.debug("request %s opened in slot %d", request_id, slot)
@@ -305,14 +305,14 @@ class VocoderEngine:
         fails it, those streams fail and the rest keep serving."""
         if not self._opened_unreset:
             return []
-        opened, self._opened_unreset = self._opened_unreset, []
+        opened, self._opened_unreset = self._opened_unreset, {}
         try:
-            self.runner.reset([slot for _, slot in opened])
+            self.runner.reset(list(opened))
         except Exception as exc:  # noqa: BLE001 - a device fault ends these streams, not the service
             logger.exception("resetting the decoder state of %d new streams failed", len(opened))
             return [self._fail(self.streams[rid], "INTERNAL", f"request {rid!r}: decoder state reset failed: "
                                f"{type(exc).__name__}: {exc}")
-                    for rid, slot in opened if rid in self.streams and self.streams[rid].slot == slot]
+                    for slot, rid in opened.items() if rid in self.streams and self.streams[rid].slot == slot]
         return []
 
     def _trace_plan(self, batches: list[PlannedBatch], step_start_s: float) -> dict:
