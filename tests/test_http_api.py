@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(180)
 RATE_HZ = 24000
 TEXT = "Hello from the HTTP API."
 # The tiny model never samples end-of-speech: the frame budget (or max_frames) ends its audio.
-SAMPLING = {"max_frames": 10}
+SAMPLING = {"max_frames": 10, "min_frames": 10}   # a fixed length: no seed or EOS can cut a stream short
 SAMPLES_PER_FRAME = 1920
 
 
