@@ -16,7 +16,9 @@ longest, and the same from the servers' summaries. Arrivals (`--arrivals`): `clo
 loop started all at once whatever --stagger-starts says; `poisson` starts the
 same number of streams open loop, at exponential gaps with a rate that holds about `concurrency`
 open (concurrency / the mean stream wall time of the closed level at that concurrency, or of the
-lone warm-up stream when no closed level ran); its row says how many were open on average.
+lone warm-up stream when no closed level ran); its row says how many were open on average. That
+rate is what the closed loop sustains, i.e. the service's capacity at that concurrency, where any
+open loop queues; `--poisson-load F` offers F times it (e.g. 0.9: steady arrivals with headroom).
 
     python benchmarks/bench_e2e.py --smoke                     # CPU, tiny, seconds
     python benchmarks/bench_e2e.py --model <1.7B dir> --device cuda --concurrency 1,4,16,64,128,256
@@ -205,7 +207,7 @@ def level(target: str, concurrency: int, args, arrivals: str = "closed",
     warm-up stream's). The streams are driven from `--client-procs` processes."""
     warm = asyncio.run(warm_stream(target, args))
     total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
-    rate_hz = concurrency / (stream_wall_s or warm["wall_s"]) if arrivals == "poisson" else None
+    rate_hz = args.poisson_load * concurrency / (stream_wall_s or warm["wall_s"]) if arrivals == "poisson" else None
     period_s = warm["wall_s"] if args.stagger_starts and arrivals == "closed" else 0.0
     jobs = level_jobs(concurrency, total, arrivals, period_s, rate_hz)
     parts = round_robin(jobs, max(1, min(args.client_procs, len(jobs))))
@@ -225,6 +227,7 @@ def level(target: str, concurrency: int, args, arrivals: str = "closed",
     return {"concurrency": concurrency, "arrivals": arrivals, "num_streams": len(results),
             "num_refused": len(refused), "refused_reasons": sorted(set(refused)), "wall_s": wall_s,
             "stagger_period_s": period_s, "arrival_rate_hz": rate_hz,
+            "poisson_load": args.poisson_load if arrivals == "poisson" else None,
             "mean_open_streams": mean_open_streams(results, wall_s),
             "mean_stream_wall_s": float(np.mean([r["wall_s"] for r in results])),
             "stalls": stall_summary(results),
@@ -284,6 +287,9 @@ def main() -> int:
                    help="comma-separated arrival modes per concurrency, in order: closed (a burst, or spread with "
                         "--stagger-starts), burst (closed, all at once), poisson (open loop holding about that "
                         "many streams open)")
+    p.add_argument("--poisson-load", type=float, default=1.0,
+                   help="poisson arrivals at this fraction of the rate that holds about `concurrency` streams "
+                        "(the closed loop's own throughput; default 1.0)")
     p.add_argument("--single-repeats", type=int, default=8,
                    help="lone streams (word by word, then whole text) after the first request, for the steady TTFA")
     p.add_argument("--timeout-s", type=float, default=600)
@@ -313,6 +319,8 @@ def main() -> int:
         if args.target:
             p.error("--compose-ready names the target already; give one of --target and --compose-ready")
         args.target = json.loads(args.compose_ready.read_text())["grpc_target"]
+    if not 0 < args.poisson_load <= 4:
+        p.error(f"--poisson-load must be in (0, 4], got {args.poisson_load}")
     if not args.streams_per_level and args.streams_factor < 1:
         p.error(f"--streams-factor must be at least 1, got {args.streams_factor}")
     proc = None

@@ -74,7 +74,8 @@
 #                            GAPLESS_ARGS_window2=--vocoder-arg=--step-window-s=2); GAPLESS_TRACE=1 has
 #                            those sides' vocoders write the step trace; the load comes from
 #                            GAPLESS_CLIENT_PROCS (4) client processes of GAPLESS_CLIENT_CHANNELS (4)
-#                            connections each (the launcher's gateway workers take whole connections), and
+#                            connections each (the launcher's gateway workers take whole connections),
+#                            Poisson levels at GAPLESS_POISSON_LOAD (1.0) x the closed loop's rate, and
 #                            each level records the services' CPU: gapless.txt, gapless-SIDE.json, and
 #                            gapless-logs.tgz (each side's bench log, service logs, trace and its report)
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
@@ -271,6 +272,7 @@ e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, dr
     --model "$CKPT" --device "${GAPLESS_DEVICE:-cuda}" --concurrency "${GAPLESS_LEVELS:-64,256}" \
     --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 \
     --single-repeats "${GAPLESS_SINGLE_REPEATS:-2}" --frames "${GAPLESS_FRAMES:-125}" \
+    --poisson-load "${GAPLESS_POISSON_LOAD:-1.0}" \
     --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" \
     --out "$OUT/gapless-$side.json" > "$logs/gapless-$side.log" 2>&1
   echo "== $side $commit (exit $?) $*" >> "$OUT/gapless.txt"

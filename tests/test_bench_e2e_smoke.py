@@ -27,7 +27,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
                            "--workload", workload] + (["--stagger-starts", "--arrivals", "closed,poisson,burst",
                                                        "--stack-dir", str(ROOT), "--launcher-arg=--http-port=-1",
-                                                       "--client-procs", "2", "--client-channels", "2"]
+                                                       "--client-procs", "2", "--client-channels", "2",
+                                                       "--poisson-load", "0.5"]
                                                       if stagger else []),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -55,7 +56,9 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert stalls["server_streams_with_stalls"] == sum(1 for r in row["raw"] if r["server_num_stalls"])
     poisson = [row for row in result["levels"] if row["arrivals"] == "poisson"]
     for closed, row in zip([r for r in result["levels"] if r["arrivals"] == "closed"], poisson):
-        assert row["arrival_rate_hz"] == pytest.approx(row["concurrency"] / closed["mean_stream_wall_s"])
+        # at half the rate the closed loop sustains (--poisson-load 0.5)
+        assert row["arrival_rate_hz"] == pytest.approx(0.5 * row["concurrency"] / closed["mean_stream_wall_s"])
+        assert row["poisson_load"] == 0.5
     assert ("stalls > 50 ms in" in proc.stdout) and ("poisson (" in proc.stdout) is stagger
     single = result["single_stream"]   # the first request after start, then the steady values
     assert single["first"]["ttfa_ms"] > 0 and single["first"]["client_ttfa_ms"] > 0
