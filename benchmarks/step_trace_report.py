@@ -3,8 +3,11 @@
 
 What a long step held and who waited for it: step time by size class, the share of wall time in
 steps of each class (a frame that arrives during a step is read only after it), rows per step
-(due, first chunks, the rest), the gap between steps, and how long each first chunk's stream waited
-for its decode to start (since its oldest frame was read: the scheduler's share of its TTFA).
+(due, first chunks, the rest), the gap between steps and the part of it the loop was busy (not
+waiting in its poll: reading messages, opening streams, sending), and how long each first chunk's
+stream waited for its decode to start (since its oldest frame was read: the scheduler's share of
+its TTFA). A busy gap holds every stream's next chunk: 2026-11-28 they reached 150-325 ms when a
+burst of streams opened (a device round trip per open, gapless4-h200.md).
 
   python benchmarks/step_trace_report.py trace.jsonl [--json] [--split-idle-s 1]
 
@@ -21,6 +24,7 @@ from collections import Counter
 import numpy as np
 
 LONG_STEP_MS = (20.0, 50.0, 100.0)
+BUSY_GAP_MS = 50.0   # a busy gap this long between steps delays every waiting chunk audibly
 
 
 def pcts(values) -> dict:
@@ -35,6 +39,7 @@ def summarize(lines: list[dict]) -> dict:
     ends = np.array([s["end_ms"] for s in lines], float)
     wall_ms = (lines[-1]["t"] - lines[0]["t"]) * 1e3 + lines[-1]["end_ms"] if lines else 0.0
     firsts = [f for s in lines for f in s["firsts"]]
+    busy = [s["gap_ms"] - s["poll_ms"] for s in lines if s["gap_ms"] is not None]
     report = {
         "steps": len(lines), "wall_ms": round(wall_ms, 1),
         "step_ms": pcts(ends), "gap_ms": pcts([s["gap_ms"] for s in lines if s["gap_ms"] is not None]),
@@ -43,6 +48,7 @@ def summarize(lines: list[dict]) -> dict:
         "rows_per_step": pcts([s["rows"] for s in lines]), "due_per_step": pcts([s["due"] for s in lines]),
         "row_frames_per_step": pcts([sum(b[0] * b[1] for b in s["b"]) for s in lines]),
         "received_per_gap": pcts([s["recv"] for s in lines]),
+        "busy_gap_ms": pcts(busy), f"busy_gaps_over_{BUSY_GAP_MS:g}ms": sum(1 for g in busy if g > BUSY_GAP_MS),
         "first_chunks": len(firsts),
         "first_wait_since_open_ms": pcts([f[0] for f in firsts]),
         "first_wait_since_oldest_frame_ms": pcts([f[1] for f in firsts]),

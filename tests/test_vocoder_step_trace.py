@@ -40,6 +40,11 @@ def test_each_step_is_a_line_with_its_plan_batches_and_first_chunk_waits(tmp_pat
     report = summarize(lines)
     assert report["steps"] == 2 and report["first_chunks"] == 1
     assert report["first_wait_since_oldest_frame_ms"]["p50"] == 20.0
+    # the gap before step two: 20 ms, none of it waiting in the poll
+    assert report["busy_gap_ms"]["max"] == 20.0 and report["busy_gaps_over_50ms"] == 0
+    slow = [dict(two, gap_ms=300.0, poll_ms=40.0)]        # a loop busy 260 ms between two steps
+    assert summarize(lines + slow)["busy_gap_ms"]["max"] == 260.0
+    assert summarize(lines + slow)["busy_gaps_over_50ms"] == 1
 
 
 def test_the_report_cuts_a_trace_where_the_vocoder_sat_idle():
