@@ -26,7 +26,7 @@ from gateway.resolve import Resolved
 from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from protos import status, wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
-from protos.tts.v1 import config_pb2, tts_pb2
+from protos.tts.v1 import tts_pb2
 from service_common.audio_samples import SampleFaults
 from service_common.playback import PlaybackClock
 
