@@ -139,6 +139,16 @@ class Session:
         self.voice_encode_ms = (time.monotonic() - self.voice_encode_start_s) * 1e3
 
     async def start(self, text_ids: list[int], is_text_complete: bool) -> talker_pb2.Ack:
+        await self.send_start(text_ids, is_text_complete)
+        return await self.started()
+
+    async def started(self) -> talker_pb2.Ack:
+        """The talker's answer to START: its ACK, or the RequestError of its refusal."""
+        return (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
+
+    async def send_start(self, text_ids: list[int], is_text_complete: bool) -> None:
+        """START to the talker. TEXT sent after it (same socket, so in order) may follow at once:
+        the talker reads both in one turn and refuses the TEXT of a START it refused."""
         await self._move_if_talker_unhealthy()
         r = self.resolved
         start = talker_pb2.Start(
@@ -153,7 +163,6 @@ class Session:
             start.clone.CopyFrom(r.clone_prompt)
         self.box.is_on_talker = True
         await self._send(T.START, start)
-        return (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
 
     async def _move_if_talker_unhealthy(self) -> None:
         """Nothing of this request is on its talker yet: if that talker was lost (or drains, or left

@@ -259,13 +259,46 @@ def test_capacity_refuses_at_once_and_talker_refusal_is_forwarded(model_dir, tmp
         async def refused():
             async with running_gateway(model_dir, [full.endpoint], tmp_path) as gw:
                 async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                    # the text is on its way behind START (the gateway does not wait for the ACK to
+                    # forward it): the refusal's own status and message, not the talker's answers to that text
                     with pytest.raises(grpc.aio.AioRpcError) as info:
-                        await collect(tts_pb2_grpc.TextToSpeechStub(channel), [req(config=speaker_config())])
+                        await collect(tts_pb2_grpc.TextToSpeechStub(channel), [
+                            req(config=speaker_config()), req(text="Hello "), req(text="there."),
+                            req(end=tts_pb2.EndOfInput())])
                     return info.value
 
-        assert run(refused()).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        err = run(refused())
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "all slots busy" in err.details()
     finally:
         full.close()
+
+
+def test_text_goes_to_the_talker_behind_start_before_its_ack(model_dir, tmp_path):
+    """A client that sends its text at once: the gateway forwards it right behind START rather than
+    after the talker's ACK (a talker turn and two gateway turns of first audio under load). This
+    talker ACKs a streaming START only once its first TEXT came, so a gateway that waited for the
+    ACK would time out here."""
+    words = TEXT.split(" ")
+    held = FakeTalker(hold_ack_for_text=True)
+    try:
+        async def body():
+            async with running_gateway(model_dir, [held.endpoint], tmp_path, ack_timeout_s=5.0) as gw:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}") as channel:
+                    cfg = speaker_config(audio_format=config_pb2.AudioFormat(encoding=config_pb2.AUDIO_ENCODING_FLOAT32))
+                    messages = [req(config=cfg)] + [req(text=w + " ") for w in words[:-1]] + [
+                        req(text=words[-1]), req(end=tts_pb2.EndOfInput())]
+                    return await collect(tts_pb2_grpc.TextToSpeechStub(channel), messages)
+
+        responses = run(body())
+        kinds = [r.WhichOneof("response") for r in responses]
+        # the start message still comes first (audio that overtook the ACK waited for it), the summary last
+        assert kinds[0] == "start" and kinds[-1] == "summary" and set(kinds[1:-1]) == {"audio"}
+        assert held.text_before_ack == [responses[0].start.request_id]
+        expected_ids = TextTokenizer.from_dir(model_dir).target_ids(TEXT)
+        assert tokens_from_pcm(np.frombuffer(audio_of(responses), "<f4")) == [
+            i % 1000 for i in expected_ids]
+    finally:
+        held.close()
 
 
 def test_cancel_and_deadline_become_aborts(model_dir, talker, tmp_path):

@@ -43,6 +43,7 @@ class FakeRequest:
     num_samples: int = 0          # samples pushed so far (the next chunk's sample_offset)
     is_ended: bool = False
     abort: common_pb2.Abort | None = None
+    ack_to: bytes | None = None   # hold_ack_for_text: the gateway whose ACK waits for this request's first TEXT
 
 
 class FakeTalker:
@@ -50,9 +51,13 @@ class FakeTalker:
 
     def __init__(self, num_slots: int = 4, num_vocoders: int = 1, model: str = "fake-model",
                  refuse_code: int = 0, delay_ack_s: float = 0.0, delay_encode_s: float = 0.0,
-                 peer_id: str = "fake-talker", port: int = 0) -> None:
-        """`port`: bind this one (a talker restarted on its address), else a free one."""
+                 peer_id: str = "fake-talker", port: int = 0, hold_ack_for_text: bool = False) -> None:
+        """`port`: bind this one (a talker restarted on its address), else a free one.
+        `hold_ack_for_text`: a streaming START is acknowledged only once its first TEXT arrived (a
+        gateway that waits for the ACK before it sends text never gets one)."""
         self.num_slots, self.num_vocoders, self.model = num_slots, num_vocoders, model
+        self.hold_ack_for_text = hold_ack_for_text
+        self.text_before_ack: list[str] = []   # requests whose first TEXT came before their ACK went out
         self.peer_id = peer_id
         self.refuse_code = refuse_code
         self.delay_ack_s = delay_ack_s
@@ -140,7 +145,10 @@ class FakeTalker:
                 return
             req = FakeRequest(header)
             self.requests[header.request_id] = req
-            self._reply(identity, T.ACK, talker_pb2.Ack(request_id=header.request_id, talker_id=self.peer_id))
+            if self.hold_ack_for_text and not header.is_text_complete:
+                req.ack_to = identity
+            else:
+                self._reply(identity, T.ACK, talker_pb2.Ack(request_id=header.request_id, talker_id=self.peer_id))
             if header.text_token_ids:
                 req.tokens += header.text_token_ids
                 self._emit(req, list(header.text_token_ids), False)
@@ -149,6 +157,10 @@ class FakeTalker:
                 self._emit(req, [], True)
         elif msg_type == T.TEXT:
             req = self.requests.get(header.request_id)
+            if req is not None and req.ack_to is not None:
+                self.text_before_ack.append(header.request_id)
+                self._reply(req.ack_to, T.ACK, talker_pb2.Ack(request_id=header.request_id, talker_id=self.peer_id))
+                req.ack_to = None
             if req is not None and req.abort is None:
                 req.tokens += header.token_ids
                 self._emit(req, list(header.token_ids), False)
