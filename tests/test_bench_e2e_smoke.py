@@ -79,6 +79,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert all(abs(r["audio_s"] - result["frames_per_utterance"] / 12.5) < 1e-6 for r in row["raw"])
         assert row["ttfa_ms_p50"] > 0 and row["audio_s_per_s"] > 0
         assert row["client_ttfa_ms_p95"] >= row["client_ttfa_ms_p50"] > 0
+        # the start message comes before any audio, on every stream
+        assert all(0 < r["client_start_ms"] <= r["client_ttfa_ms"] for r in row["raw"])
         talker, vocoder = row["server_stats"]["talker"], row["server_stats"]["vocoder"]
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
