@@ -15,6 +15,7 @@ at most `tolerance` slower than A (a faster B passes).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -138,7 +139,9 @@ def markdown(result: dict, a_name: str, b_name: str) -> str:
 
 
 def load_runs(paths: list[str]) -> list[dict]:
-    return [json.loads(Path(path).read_text()) for path in paths]
+    """bench_e2e JSON files, plain or gzipped (.gz: how the results folder keeps the large ones)."""
+    return [json.loads(gzip.decompress(Path(path).read_bytes()) if path.endswith(".gz") else Path(path).read_text())
+            for path in paths]
 
 
 def group_name(runs: list[dict], given: str) -> str:

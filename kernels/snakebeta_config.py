@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 
 # Longest time tile: rows longer than this are split along time. The H200 sweep (2026-11-22,
-# benchmarks/results/2026-11-22-snakebeta-h200.json) found t512 best or within 2% at every large
+# benchmarks/results/2026-11-22-snakebeta-h200.json.gz) found t512 best or within 2% at every large
 # decoder shape, and 16 warps best for the wide 1536-channel stage.
 MAX_BLOCK_T = 512
 # Bytes of x one program reads: 16 KiB keeps enough loads in flight per SM to saturate HBM on

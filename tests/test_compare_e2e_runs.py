@@ -15,7 +15,7 @@ from benchmarks.compare_e2e_runs import (common_levels, compare, level_summary, 
                                          verdict)
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL_RUN = ROOT / "benchmarks" / "results" / "2026-11-25-e2e-same-session-custom-voice-h200.json"
+REAL_RUN = ROOT / "benchmarks" / "results" / "2026-11-25-e2e-same-session-custom-voice-h200.json.gz"
 
 
 def run(levels: dict[int, list[float]], lone_ms: float | None = None, workload: str = "w") -> dict:
