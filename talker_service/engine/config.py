@@ -69,6 +69,13 @@ class EngineConfig:
     # cadence_max_hold_ms (engine/cadence.py, issue #36). 0: off (the token budget alone bounds a step)
     cadence_margin_ms: float = 0.0
     cadence_max_hold_ms: float = 500.0
+    # > 0: while at least prefill_gather_min_decoding streams decode, ready arrivals wait until
+    # prefill_gather_batch of them are ready or the oldest waited this long, so arrivals spread in
+    # time are prefilled together (a prefill costs about a decode step whatever its batch;
+    # engine/prefill_gather.py, issue #36). 0: off (every ready arrival is prefilled at once)
+    prefill_gather_ms: float = 0.0
+    prefill_gather_batch: int = 8
+    prefill_gather_min_decoding: int = 64
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: decode_batch_buckets()
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
@@ -94,10 +101,12 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens", "prefill_chunk_tokens"):
+        for name in ("max_slots", "max_seq_len", "max_prefill_batch", "max_text_tokens", "prefill_chunk_tokens",
+                     "prefill_gather_batch"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_queued", "graph_max_batch", "cadence_margin_ms", "cadence_max_hold_ms"):
+        for name in ("max_queued", "graph_max_batch", "cadence_margin_ms", "cadence_max_hold_ms", "prefill_gather_ms",
+                     "prefill_gather_min_decoding"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(size < 1 or size > self.max_slots for size in self.batch_buckets):

@@ -28,6 +28,7 @@ import torch
 from service_common.host_copy import HostCopy
 from talker_service.engine.cadence import CadenceGuard
 from talker_service.engine.config import EngineConfig
+from talker_service.engine.prefill_gather import PrefillGather
 from talker_service.engine.prefill_plan import KINDS, PrefillJob, plan_step
 from talker_service.engine.prefiller import PendingPrefill, PrefillChunk
 from talker_service.engine.request import FINISH_EOS, EngineError, EngineRequest, ErrorOut, FramesOut, RequestState
@@ -95,6 +96,11 @@ class TalkerEngine:
         self.cadence = (CadenceGuard(self.config.cadence_margin_ms / 1e3, self.config.cadence_max_hold_ms / 1e3)
                         if self.config.cadence_margin_ms > 0 else None)
         self.num_prefill_held_steps = 0   # steps that had prompts to prefill and ran none (cadence)
+        # arrivals spread in time wait to be prefilled together under load (prefill_gather.py); None: off
+        self.gather = (PrefillGather(self.config.prefill_gather_ms / 1e3, self.config.prefill_gather_batch,
+                                     self.config.prefill_gather_min_decoding)
+                       if self.config.prefill_gather_ms > 0 else None)
+        self.num_gather_held_steps = 0    # admissions that let ready arrivals wait for more (gather)
         # the server's admission (server/admission.py: the request's vocoder has a free slot, no
         # deadline pressure): `could_start(id)` asks, `take(id)` commits; None: slots alone decide
         self.admission = None
@@ -209,10 +215,24 @@ class TalkerEngine:
         gate = self.admission
         if gate is not None:
             gate.begin()
+        if self.gather is not None and not self._prefilling and self._gathering():
+            self.num_gather_held_steps += 1
+            return []
         prefills = self.scheduler.take_prefills(None if gate is None else gate.take)
         if prefills:
             self._start_prefills(prefills)
         return [r.request_id for r in prefills]
+
+    def _gathering(self) -> bool:
+        """Do the ready arrivals wait for more this step (prefill_gather.py)?"""
+        s = self.scheduler
+        if not s.free_slots:
+            return False
+        ready_s = [r.arrival_s for r in s.queued.values() if r.feed.is_prefill_ready]
+        if not ready_s:
+            return False
+        num_decoding = sum(1 for r in s.running.values() if r.feed.is_step_ready)
+        return self.gather.should_hold(num_decoding, ready_s, self.clock())
 
     @torch.no_grad()
     def step(self) -> list[Output]:

@@ -48,6 +48,9 @@ class TalkerServiceConfig:
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
     cadence_margin_ms: float = 0.0       # > 0: prefill arrivals only within the running streams' slack less
     cadence_max_hold_ms: float = 500.0   # this margin, each held at most this long (engine/cadence.py); 0: off
+    prefill_gather_ms: float = 0.0       # > 0: while >= prefill_gather_min_decoding streams decode, ready arrivals
+    prefill_gather_batch: int = 8        # wait until this many are ready or the oldest waited this long, to be
+    prefill_gather_min_decoding: int = 64   # prefilled together (engine/prefill_gather.py); 0: off
     # > 0: while a vocoder reports late chunks, queued requests wait up to this long before their
     # prefill (server/admission.py); 0: off (not yet measured on a GPU). Free vocoder slots gate
     # admission either way.
@@ -133,6 +136,8 @@ class TalkerServiceConfig:
                             warm_up=ON_OFF_AUTO[self.warm_up], async_decode=ON_OFF_AUTO[self.async_decode],
                             max_queued=self.max_queued or 64, cadence_margin_ms=self.cadence_margin_ms,
                             cadence_max_hold_ms=self.cadence_max_hold_ms,
+                            prefill_gather_ms=self.prefill_gather_ms, prefill_gather_batch=self.prefill_gather_batch,
+                            prefill_gather_min_decoding=self.prefill_gather_min_decoding,
                             batch_buckets=self.batch_buckets, max_text_tokens=self.max_text_tokens,
                             decode_graphs=self.decode_graphs, context_buckets=self.context_buckets,
                             graph_max_batch=self.graph_max_batch, kv_memory_fraction=self.kv_memory_fraction)
