@@ -62,8 +62,8 @@ TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away 
 
 async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor, whole_text: bool = False) -> dict:
     cfg = config_for(seed, args.frames)
-    t0 = time.monotonic()
-    first_s, start_s, summary = None, None, None
+    t0, t0_unix_s = time.monotonic(), time.time()
+    first_s, start_s, summary, request_id = None, None, None, ""
     player, stalls_s = PlaybackClock(), []   # the listener: every chunk's arrival against its deadline
     words = TEXT.split(" ")
     texts = [TEXT] if whole_text else [w + " " for w in words[:-1]] + [words[-1]]
@@ -77,11 +77,15 @@ async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor, 
                 stalls_s.append(lateness_s)
         elif r.HasField("start"):
             start_s = time.monotonic() - t0
+            request_id = r.start.request_id
         elif r.HasField("summary"):
             summary = r.summary
     # client_start_ms: the gateway's start message (the call accepted, the talker's ACK) as the client
     # saw it; client TTFA past the server's TTFA + admit_ms is delivery and the two event loops
+    # start_unix_s and request_id: the stream's start on the wall clock, to be joined with the gateway's
+    # log of the request on the same host (benchmarks/gateway_entry_lag.py)
     return {"client_ttfa_ms": (first_s or 0) * 1e3, "client_start_ms": (start_s or 0) * 1e3,
+            "start_unix_s": t0_unix_s, "request_id": request_id,
             "ttfa_ms": summary.time_to_first_audio_ms,
             "rtf": summary.real_time_factor, "audio_s": summary.audio_s, "frames": summary.num_frames,
             "start_s": t0, "wall_s": time.monotonic() - t0,

@@ -77,7 +77,9 @@
 #                            connections each (the launcher's gateway workers take whole connections),
 #                            Poisson levels at GAPLESS_POISSON_LOAD (1.0) x the closed loop's rate, and
 #                            each level records the services' CPU: gapless.txt, gapless-SIDE.json, and
-#                            gapless-logs.tgz (each side's bench log, service logs, trace and its report)
+#                            gapless-logs.tgz (each side's bench log, service logs, trace and its report);
+#                            gapless.txt also splits each stream's wait for the start message at the
+#                            gateway's handler (benchmarks/gateway_entry_lag.py)
 #   e2e-mps                  e2e with the CUDA MPS control daemon running, so talker and vocoder
 #                            kernels share the GPU at once instead of time-slicing two contexts
 #                            (skipped with a note when the daemon cannot start)
@@ -282,6 +284,9 @@ e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, dr
   # the stack's own logs (bench_e2e leaves its work dir) and the vocoder's step trace, if it wrote one
   work=$(ls -td /tmp/bench-e2e-* 2>/dev/null | head -1)
   for f in vocoder talker gateway; do [ -n "$work" ] && [ -f "$work/$f.log" ] && cp "$work/$f.log" "$logs/$side-$f.log"; done
+  # each stream's way to the gateway's handler, and the rest of its wait for the start message
+  [ -f "$logs/$side-gateway.log" ] && python3 benchmarks/gateway_entry_lag.py "$OUT/gapless-$side.json" \
+    "$logs/$side-gateway.log" >> "$OUT/gapless.txt" 2>&1
   if [ -f "$logs/$side-trace.jsonl" ]; then
     python3 benchmarks/step_trace_report.py "$logs/$side-trace.jsonl" --split-idle-s 1 > "$logs/$side-trace-report.txt" 2>&1
     gzip -f "$logs/$side-trace.jsonl"

@@ -81,6 +81,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert row["client_ttfa_ms_p95"] >= row["client_ttfa_ms_p50"] > 0
         # the start message comes before any audio, on every stream
         assert all(0 < r["client_start_ms"] <= r["client_ttfa_ms"] for r in row["raw"])
+        # ... and names the request, whose wall-clock start joins the gateway's log (gateway_entry_lag.py)
+        assert all(len(r["request_id"]) == 16 and r["start_unix_s"] > 1.7e9 for r in row["raw"])
         talker, vocoder = row["server_stats"]["talker"], row["server_stats"]["vocoder"]
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
