@@ -5,19 +5,26 @@ No device: a fake clock. The vocoder is `VocoderEngine` itself (deadlines.py pla
 decoder is a cost model (a launch cost plus a cost per padded row-frame of the (batch, frames) graph
 it would replay). The talker is a model of the real one: decode steps of `a + b x batch` ms that
 give every running stream one frame, prefills of up to 32 arrivals between decode steps (their
-first frame comes with the prefill). The two share the GPU by time-slicing: while both have work,
-each runs at half speed (the talker always has work at these loads, so a vocoder step of W ms of
-GPU work takes 2 W ms of wall time and delays the talker by W).
+first frame comes with the prefill), each only while the vocoder has a free slot for it (the real
+admission), optionally gathered (`--gather-ms`: talker_service/engine/prefill_gather.py, the real
+rule). The two share the GPU by time-slicing: while both have work, each runs at half speed (a
+vocoder step of W ms of GPU work takes 2 W ms of wall time and delays the talker by W).
 
 Clients are a closed loop (each of `concurrency` workers starts a new stream when its last ended,
-the first wave spread over `--stagger-s`) or a burst. Reports, per policy: audio-s/s over the level,
-streams with a stall over 50 / 100 ms (a player that starts at the first chunk), TTFA p50 / p95
-from arrival at the talker, the mean stream lifetime and the talker's mean batch. The defaults
-reproduce the H200's 1.7B figures at 256 streams to within ~10% (talker 12.7 ms a step at batch
-256, vocoder ~25 us a padded row-frame plus 1.5 ms a launch; benchmarks/results/
-2026-11-28-gapless-h200.md); use it to compare policies, not to quote speeds.
+the first wave spread over `--stagger-s`) or a burst, then with `--poisson-load F` an open loop at
+F x the closed loop's rate (as bench_e2e). Reports, per run: audio-s/s, streams with a stall over
+50 / 100 ms (a player that starts at the first chunk), TTFA p50 / p95 from arrival at the talker,
+the talker queue's p95, the streams open on average, the mean stream lifetime and its tail after the
+talker's last frame, the talker's mean batch and prefills, and the GPU's share of each kind of work.
 
-  python benchmarks/sim_gapless.py --concurrency 256 --streams 1024
+The default costs are the talker's own on a GPU of its own (two-GPU stack, H200, 2026-11-28: a step
+of ~4.9 ms at batch ~165, a prefill of ~6 ms whatever its batch) and the vocoder fitted alone; they
+reproduce that day's one-GPU 256-stream closed loop (1306 audio-s/s against 1318-1343 measured,
+a stream's life 1.89 s against 1.84, 62 prefills and 410 vocoder steps against 68-133 and 443-463)
+and, qualitatively, its open loop at 0.9 (queueing, more vocoder steps, fewer streams in the talker;
+benchmarks/results/2026-11-28-gapless5-h200.md). Use it to compare policies, not to quote speeds.
+
+  python benchmarks/sim_gapless.py --concurrency 256 --streams 1024 --poisson-load 0.9
   python benchmarks/sim_gapless.py --policy target_step_ms=0     # the old all-ready-rows steps
 """
 from __future__ import annotations
@@ -35,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service_common.frame_budget import FRAME_RATE_HZ  # noqa: E402
 from service_common.playback import PlaybackClock, stall_report  # noqa: E402
+from talker_service.engine.prefill_gather import PrefillGather  # noqa: E402
 from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
 from vocoder_service.engine.deadlines import DeadlinePolicy  # noqa: E402
@@ -47,9 +55,10 @@ SAMPLE_RATE_HZ = int(SPF / FRAME_S)
 
 @dataclasses.dataclass
 class Costs:
-    talker_step_base_ms: float = 5.0
-    talker_step_per_row_ms: float = 0.03
-    prefill_ms: float = 12.0           # one prefill forward of up to prefill_group arrivals
+    talker_step_base_ms: float = 3.9
+    talker_step_per_row_ms: float = 0.0065
+    prefill_ms: float = 5.8            # one prefill forward of up to prefill_group arrivals ...
+    prefill_per_row_ms: float = 0.05   # ... plus this much per arrival in it
     prefill_group: int = 32
     # a (B, T) graph replay: T x (vocoder_frame_ms + B x vocoder_row_frame_us) + a launch; fitted to the
     # vocoder service alone on an H200 (2026-11-26-vocoder-time-major-h200.md: 64 x 25 in ~41.5 ms,
@@ -68,6 +77,7 @@ class SharedGpuRunner:
     def __init__(self, clock: list[float], costs: Costs, max_batch: int) -> None:
         self.clock, self.costs, self.max_batch = clock, costs, max_batch
         self.gpu_s = 0.0           # GPU work of the current step (the talker loses this much)
+        self.total_gpu_s = 0.0     # all the vocoder's GPU work
         self.talker_busy = True
 
     def reset(self, slots) -> None:
@@ -81,19 +91,29 @@ class SharedGpuRunner:
         c = self.costs
         work_s = (c.vocoder_launch_ms + t * (c.vocoder_frame_ms + min(padded, self.max_batch) * c.vocoder_row_frame_us / 1e3)) / 1e3
         self.gpu_s += work_s
+        self.total_gpu_s += work_s
         self.clock[0] += 2 * work_s if self.talker_busy else work_s
         return np.zeros((bs, t * SPF), np.float32)
 
 
 def simulate(concurrency: int, num_streams: int, num_frames: int, policy: DeadlinePolicy, costs: Costs,
-             stagger_s: float, max_slots: int = 256, fill_padding: bool = True) -> dict:
+             stagger_s: float, max_slots: int = 256, fill_padding: bool = True, rate_hz: float = 0.0,
+             gather: PrefillGather | None = None, seed: int = 0) -> dict:
+    """`rate_hz` > 0: open-loop Poisson arrivals at that rate (`concurrency` unused) instead of the
+    closed loop. The talker prefills an arrival only while the vocoder has a slot for it (as the real
+    admission does) and, with `gather`, lets ready arrivals wait for more (talker_service/engine/
+    prefill_gather.py, the real rule)."""
     clock = [0.0]
     runner = SharedGpuRunner(clock, costs, max_slots)
     config = VocoderEngineConfig(max_slots=max_slots, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
                                  chunk=ChunkPolicy(2, 25), deadline=policy, fill_padding=fill_padding,
                                  launch_cost_row_frames=64.0)
     engine = VocoderEngine(runner, config, clock=lambda: clock[0])
-    arrivals: list[tuple[float, int]] = [(stagger_s * k / concurrency, k) for k in range(concurrency)]
+    if rate_hz > 0:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate_hz, num_streams)
+        arrivals: list[tuple[float, int]] = [(float(t), k) for k, t in enumerate(np.cumsum(gaps) - gaps[0])]
+    else:
+        arrivals = [(stagger_s * k / concurrency, k) for k in range(concurrency)]
     heapq.heapify(arrivals)
     next_id = [0]
     waiting: list[tuple[str, float]] = []          # (request id, arrival) not yet prefilled
@@ -103,9 +123,12 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
     first_s: dict[str, float] = {}
     done_s: dict[str, float] = {}
     talker_done_s: dict[str, float] = {}     # the talker's last frame of a stream
+    prefill_start_s: dict[str, float] = {}
     deliveries: list[tuple[float, str, float, bool]] = []   # (at, rid, audio s, final)
     talker_free_s = 0.0            # the talker's current work item ends here
     talker_item: tuple | None = None
+    num_prefills = [0]
+    busy_s = {"prefill": 0.0, "decode": 0.0}
     batches: list[int] = []
     codes = np.ones((1, 16), np.int64)
     last_was_prefill = False
@@ -132,7 +155,8 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
                 listeners.setdefault(rid, PlaybackClock()).on_chunk(at, audio_s)
             if final:
                 done_s[rid] = at
-                heapq.heappush(arrivals, (at, 0))    # its worker starts the next stream
+                if rate_hz <= 0:
+                    heapq.heappush(arrivals, (at, 0))    # its worker starts the next stream
         # the talker: finish the item that ended by now, start the next
         while talker_free_s <= now:
             if talker_item is not None:
@@ -150,15 +174,24 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
                         del talking[rid]
                         talker_done_s[rid] = talker_free_s
                 talker_item = None
-            if waiting and (not last_was_prefill or not talking):
-                group = [rid for rid, _ in waiting[:costs.prefill_group]]
+            # arrivals that may start: a vocoder slot each (the talker's admission), the talker's own slots
+            room = min(engine.slots.num_free, max_slots - len(talking))
+            startable = waiting[:min(room, costs.prefill_group)]
+            held = gather is not None and gather.should_hold(len(talking), [t for _, t in startable], now)
+            if startable and not held and (not last_was_prefill or not talking):
+                group = [rid for rid, _ in startable]
                 del waiting[:len(group)]
+                for rid in group:
+                    prefill_start_s[rid] = talker_free_s
                 talker_item, last_was_prefill = ("prefill", group), True
-                talker_free_s += costs.prefill_ms / 1e3
+                num_prefills[0] += 1
+                busy_s["prefill"] += (costs.prefill_ms + costs.prefill_per_row_ms * len(group)) / 1e3
+                talker_free_s += (costs.prefill_ms + costs.prefill_per_row_ms * len(group)) / 1e3
             elif talking:
                 rows = list(talking)
                 batches.append(len(rows))
                 talker_item, last_was_prefill = ("decode", rows), False
+                busy_s["decode"] += (costs.talker_step_base_ms + costs.talker_step_per_row_ms * len(rows)) / 1e3
                 talker_free_s += (costs.talker_step_base_ms + costs.talker_step_per_row_ms * len(rows)) / 1e3
             else:
                 talker_free_s = max(talker_free_s, now)
@@ -175,6 +208,8 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
                                    len(out.pcm) / SAMPLE_RATE_HZ, out.is_final))
             continue
         events = [talker_free_s if talker_item is not None else float("inf")]
+        if waiting and gather is not None:
+            events.append(waiting[0][1] + gather.wait_s)    # a held arrival's wait runs out
         if arrivals:
             events.append(arrivals[0][0])
         if deliveries:
@@ -188,10 +223,16 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
     ttfa_ms = np.array([(first_s[r] - arrived_s[r]) * 1e3 for r in rids])
     life_s = np.array([done_s[r] - arrived_s[r] for r in rids])
     tail_s = np.array([done_s[r] - talker_done_s[r] for r in rids])
+    queue_ms = np.array([(prefill_start_s[r] - arrived_s[r]) * 1e3 for r in rids])
     return {"audio_s_per_s": round(len(rids) * num_frames * FRAME_S / wall_s, 1),
             "stall_over_50ms": stalls["streams_stall_over_50ms"], "stall_over_100ms": stalls["streams_stall_over_100ms"],
             "longest_stall_ms": round(stalls["longest_stall_ms"], 1),
             "ttfa_p50_ms": round(float(np.percentile(ttfa_ms, 50)), 1), "ttfa_p95_ms": round(float(np.percentile(ttfa_ms, 95)), 1),
+            "queue_p95_ms": round(float(np.percentile(queue_ms, 95)), 1),
+            "mean_open": round(float(life_s.sum() / wall_s), 1), "num_prefills": num_prefills[0],
+            # GPU seconds per second of the level: the vocoder's, and the talker's prefills and decode steps
+            "vocoder_gpu_share": round(runner.total_gpu_s / wall_s, 3),
+            "prefill_gpu_share": round(busy_s["prefill"] / wall_s, 3), "decode_gpu_share": round(busy_s["decode"] / wall_s, 3),
             "mean_life_s": round(float(life_s.mean()), 2),
             "mean_tail_s": round(float(tail_s.mean()), 2), "talker_mean_batch": round(float(np.mean(batches)), 1),
             "vocoder_steps": engine.stats["decode_calls"], "late_chunks": engine.deadline_stats["late_chunks"],
@@ -219,11 +260,30 @@ def main() -> None:
     ap.add_argument("--no-fill", action="store_true", help="decode only the planned rows (no padding fill)")
     ap.add_argument("--vocoder-row-frame-us", type=float, default=Costs.vocoder_row_frame_us)
     ap.add_argument("--vocoder-frame-ms", type=float, default=Costs.vocoder_frame_ms)
+    ap.add_argument("--talker-step-base-ms", type=float, default=Costs.talker_step_base_ms)
+    ap.add_argument("--talker-step-per-row-ms", type=float, default=Costs.talker_step_per_row_ms)
+    ap.add_argument("--prefill-ms", type=float, default=Costs.prefill_ms)
+    ap.add_argument("--prefill-per-row-ms", type=float, default=Costs.prefill_per_row_ms)
+    ap.add_argument("--poisson-load", type=float, default=0.0,
+                    help="> 0: after the closed loop, open-loop Poisson arrivals at this x its rate (as bench_e2e)")
+    ap.add_argument("--gather-ms", type=float, default=0.0, help="> 0: the talker's prefill gathering (Poisson run)")
+    ap.add_argument("--gather-batch", type=int, default=8)
+    ap.add_argument("--gather-min-decoding", type=int, default=64)
     args = ap.parse_args()
-    result = simulate(args.concurrency, args.streams or 4 * args.concurrency, args.frames, parse_policy(args.policy),
-                      Costs(vocoder_row_frame_us=args.vocoder_row_frame_us, vocoder_frame_ms=args.vocoder_frame_ms), args.stagger_s,
-                      fill_padding=not args.no_fill)
-    print(json.dumps(result))
+    costs = Costs(vocoder_row_frame_us=args.vocoder_row_frame_us, vocoder_frame_ms=args.vocoder_frame_ms,
+                  talker_step_base_ms=args.talker_step_base_ms, talker_step_per_row_ms=args.talker_step_per_row_ms,
+                  prefill_ms=args.prefill_ms, prefill_per_row_ms=args.prefill_per_row_ms)
+    num_streams = args.streams or 4 * args.concurrency
+    gather = (PrefillGather(args.gather_ms / 1e3, args.gather_batch, args.gather_min_decoding)
+              if args.gather_ms > 0 else None)
+    closed = simulate(args.concurrency, num_streams, args.frames, parse_policy(args.policy), costs, args.stagger_s,
+                      fill_padding=not args.no_fill, gather=gather)
+    print(json.dumps({"arrivals": "closed", **closed}))
+    if args.poisson_load > 0:
+        rate_hz = args.poisson_load * args.concurrency / closed["mean_life_s"]
+        result = simulate(args.concurrency, num_streams, args.frames, parse_policy(args.policy), costs, args.stagger_s,
+                          fill_padding=not args.no_fill, rate_hz=rate_hz, gather=gather)
+        print(json.dumps({"arrivals": f"poisson {args.poisson_load} ({rate_hz:.1f}/s)", **result}))
 
 
 if __name__ == "__main__":
