@@ -63,6 +63,8 @@ def _summary(role: str, stats) -> dict:
     else:
         out["audio_s_emitted"] = round(stats.audio_s_emitted, 3)
         out["first_chunk_time"] = _latency(stats.first_chunk_time)
+        # how long a slot stays taken after the talker's last frames (count 0: an older vocoder)
+        out["tail_time"] = _latency(stats.tail_time)
         out["chunk_frames_histogram"] = dict(sorted(stats.chunk_frames_histogram.items()))
         if stats.HasField("deadlines"):   # playback-deadline scheduling (issue #36; older vocoders lack it)
             d = stats.deadlines
@@ -151,6 +153,9 @@ def one_line(found: dict) -> str:
                 if by_batch:   # the iterations that launched the largest decode batch bucket seen
                     top = max(by_batch)
                     line += f", at batch {top}: host p50 {by_batch[top]['p50_ms']:.2f} ms ({by_batch[top]['count']} steps)"
+        tail = s.get("tail_time")
+        if tail and tail["count"]:
+            line += f", tail after the talker p50/p90 {tail['p50_ms']:.0f}/{tail['p90_ms']:.0f} ms"
         deadlines = s.get("deadlines")
         if deadlines:
             line += (f", due rows {deadlines['num_due_rows']}, deferred {deadlines['num_deferred_rows']}, late chunks "

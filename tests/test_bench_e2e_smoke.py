@@ -87,6 +87,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         # the windows were reset before the level: its own steps only, and the warm-up stream's
         assert sum(talker["batch_size_histogram"].values()) == talker["step_time"]["count"] > 0
         assert vocoder["step_time"]["count"] > 0 and talker["prefill_time"]["count"] > 0
+        # every stream of the level (and its warm-up stream) ended with a timed tail after its talker
+        assert vocoder["tail_time"]["count"] >= row["num_streams"]
         # the playback-deadline scheduling's counters, this level's only (every stream starts with a first
         # chunk, which is never a due row; its later chunks may be)
         assert set(vocoder["deadlines"]) == {"num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms",

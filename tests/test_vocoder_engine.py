@@ -217,6 +217,30 @@ def test_first_chunk_small_then_ramps():
     assert eng.step() == []            # 3 < next chunk size 4, no timeout yet
 
 
+def test_a_final_chunk_says_when_the_talker_finished_and_the_server_times_the_tail():
+    """The slot's tail after the talker is done: the final chunk carries when the talker's final
+    frames came; the server's window times it to the chunk's send (GetStats tail_time)."""
+    from vocoder_service.server.stats import ServerStats
+
+    eng, clock = make_engine(chunk=ChunkPolicy(quick_first_max_streams=0))
+    eng.open("a")
+    eng.add_frames("a", 0, np.ones((2, 16), np.int64))
+    [first] = eng.step()
+    assert first.talker_done_s is None            # not final: nothing to time yet
+    clock[0] = 1.0
+    eng.add_frames("a", 1, np.ones((3, 16), np.int64), is_final=True)
+    clock[0] = 1.5                                # the last frames waited 0.5 s for their decode
+    outs = []
+    drain(eng, {"a": outs})
+    assert outs[-1].is_final and outs[-1].talker_done_s == 1.0
+    assert all(o.talker_done_s is None for o in outs[:-1])
+    stats = ServerStats()
+    for o in [first] + outs:
+        stats.record_sent(o, 1.6, 50)
+    tail = stats.tail_time.summary()
+    assert tail["count"] == 1 and tail["max_ms"] == pytest.approx(600.0)
+
+
 def test_slow_talker_timeout_flushes_partial_chunk():
     eng, clock = make_engine(chunk=ChunkPolicy(quick_first_max_streams=0))
     eng.open("a")

@@ -181,7 +181,7 @@ class VocoderEngine:
                 stream.oldest_pending_s = now
             stream.num_pending += len(codes)
         if is_final:
-            stream.ended = True
+            stream.ended, stream.ended_at_s = True, now
 
     def abort(self, request_id: str, reason: str = "") -> bool:
         """Free a request's state. Idempotent: aborting an unknown or finished request is a no-op."""
@@ -402,7 +402,7 @@ class VocoderEngine:
     def _emit(self, stream: StreamState, pcm: np.ndarray, is_final: bool, num_frames: int = 0,
               timing: ChunkTiming | None = None, faults=NO_FAULTS) -> PcmOut:
         chunk = PcmOut(stream.request_id, stream.reply_to, stream.pcm_seq, stream.num_samples_emitted, pcm,
-                       is_final, num_frames, timing, faults)
+                       is_final, num_frames, timing, faults, stream.ended_at_s if is_final else None)
         stream.pcm_seq += 1
         stream.num_chunks_emitted += 1
         stream.num_samples_emitted += len(pcm)

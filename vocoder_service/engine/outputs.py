@@ -41,6 +41,7 @@ class PcmOut:
     num_frames: int = 0
     timing: ChunkTiming | None = None   # None for an empty closing chunk
     faults: SampleFaults = NO_FAULTS    # what the engine found in pcm (non-finite ones are 0 by now)
+    talker_done_s: float | None = None  # a final chunk's: when the talker's final frames came (engine clock)
 
 
 @dataclass

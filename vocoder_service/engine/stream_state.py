@@ -23,6 +23,7 @@ class StreamState:
     num_pending: int = 0
     oldest_pending_s: float | None = None
     ended: bool = False                  # the talker sent its final frames
+    ended_at_s: float | None = None      # ... received then (engine clock)
     num_chunks_emitted: int = 0
     num_samples_emitted: int = 0
     num_frames_decoded: int = 0

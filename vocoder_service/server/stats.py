@@ -18,11 +18,14 @@ def latency_proto(window: LatencyWindow) -> admin_pb2.LatencyStats:
 class ServerStats:
     first_chunk_time: LatencyWindow = field(default_factory=LatencyWindow)  # first frame in -> first PCM out
     chunk_latency: LatencyWindow = field(default_factory=LatencyWindow)     # oldest frame in -> its PCM out
+    tail_time: LatencyWindow = field(default_factory=LatencyWindow)         # talker's final frames in -> last PCM out
     audio_s_emitted: float = 0.0
     num_pcm_send_failures: int = 0
 
     def record_sent(self, out: PcmOut, sent_s: float, sample_rate_hz: int) -> None:
         self.audio_s_emitted += len(out.pcm) / sample_rate_hz
+        if out.is_final and out.talker_done_s is not None:
+            self.tail_time.add(max(0.0, (sent_s - out.talker_done_s) * 1e3))
         if out.timing is None:
             return
         latency_ms = max(0.0, (sent_s - out.timing.oldest_frame_s) * 1e3)
@@ -33,6 +36,7 @@ class ServerStats:
     def reset_windows(self) -> None:
         self.first_chunk_time.clear()
         self.chunk_latency.clear()
+        self.tail_time.clear()
 
 
 def engine_load(engine: VocoderEngine, runner_stats: RunnerStats) -> common_pb2.Load:
@@ -75,6 +79,7 @@ def vocoder_stats(*, peer_id: str, model: str, uptime_s: float, engine: VocoderE
         step_time=latency_proto(runner_stats.step_time),
         first_chunk_time=latency_proto(server_stats.first_chunk_time),
         chunk_latency=latency_proto(server_stats.chunk_latency),
+        tail_time=latency_proto(server_stats.tail_time),
         batch_size_histogram=dict(runner_stats.batch_size_histogram),
         chunk_frames_histogram=dict(runner_stats.chunk_frames_histogram),
         graphs=graphs, num_frames_decoded=counters["frames_decoded"],

@@ -190,7 +190,7 @@ class VoiceEncodingStats(_message.Message):
     def __init__(self, num_encoded: _Optional[int] = ..., num_failed: _Optional[int] = ..., num_cache_hits: _Optional[int] = ..., num_batches: _Optional[int] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., queue_wait: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prepare_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., mel_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., speaker_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., codec_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., num_forwards: _Optional[int] = ..., num_pending: _Optional[int] = ...) -> None: ...
 
 class VocoderStats(_message.Message):
-    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "first_chunk_time", "chunk_latency", "batch_size_histogram", "chunk_frames_histogram", "graphs", "num_frames_decoded", "audio_s_emitted", "talkers", "num_nonfinite_chunks", "num_nonfinite_samples", "num_clipped_chunks", "num_clipped_samples", "deadlines")
+    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "first_chunk_time", "chunk_latency", "batch_size_histogram", "chunk_frames_histogram", "graphs", "num_frames_decoded", "audio_s_emitted", "talkers", "num_nonfinite_chunks", "num_nonfinite_samples", "num_clipped_chunks", "num_clipped_samples", "deadlines", "tail_time")
     class BatchSizeHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,7 @@ class VocoderStats(_message.Message):
     NUM_CLIPPED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     NUM_CLIPPED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     DEADLINES_FIELD_NUMBER: _ClassVar[int]
+    TAIL_TIME_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     model: str
     uptime_s: float
@@ -243,7 +244,8 @@ class VocoderStats(_message.Message):
     num_clipped_chunks: int
     num_clipped_samples: int
     deadlines: DeadlineStats
-    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_chunk_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., chunk_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., chunk_frames_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_decoded: _Optional[int] = ..., audio_s_emitted: _Optional[float] = ..., talkers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., num_nonfinite_chunks: _Optional[int] = ..., num_nonfinite_samples: _Optional[int] = ..., num_clipped_chunks: _Optional[int] = ..., num_clipped_samples: _Optional[int] = ..., deadlines: _Optional[_Union[DeadlineStats, _Mapping]] = ...) -> None: ...
+    tail_time: LatencyStats
+    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_chunk_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., chunk_latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., chunk_frames_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_decoded: _Optional[int] = ..., audio_s_emitted: _Optional[float] = ..., talkers: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., num_nonfinite_chunks: _Optional[int] = ..., num_nonfinite_samples: _Optional[int] = ..., num_clipped_chunks: _Optional[int] = ..., num_clipped_samples: _Optional[int] = ..., deadlines: _Optional[_Union[DeadlineStats, _Mapping]] = ..., tail_time: _Optional[_Union[LatencyStats, _Mapping]] = ...) -> None: ...
 
 class DeadlineStats(_message.Message):
     __slots__ = ("num_due_rows", "num_deferred_rows", "num_late_chunks", "max_lateness_ms", "step_estimate_ms", "budget_row_frames", "num_late_talker", "num_late_queued", "num_late_decode", "filled_row_frames")
