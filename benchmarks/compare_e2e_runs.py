@@ -15,12 +15,15 @@ at most `tolerance` slower than A (a faster B passes).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_json import read_bench_json  # noqa: E402
 
 LONE_STREAM = "lone stream"   # the table's label for the steady single-stream row
 
@@ -139,9 +142,7 @@ def markdown(result: dict, a_name: str, b_name: str) -> str:
 
 
 def load_runs(paths: list[str]) -> list[dict]:
-    """bench_e2e JSON files, plain or gzipped (.gz: how the results folder keeps the large ones)."""
-    return [json.loads(gzip.decompress(Path(path).read_bytes()) if path.endswith(".gz") else Path(path).read_text())
-            for path in paths]
+    return [read_bench_json(path) for path in paths]
 
 
 def group_name(runs: list[dict], given: str) -> str:

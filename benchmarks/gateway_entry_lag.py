@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import calendar
-import gzip
-import json
 import re
 import sys
 import time
@@ -25,13 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_json import read_bench_json  # noqa: E402
+
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ (?:\[worker (\d+)\] )?gateway\.servicer: "
                   r"request ([0-9a-f]+): stream on talker")
-
-
-def read_json(path: Path) -> dict:
-    data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
 
 
 def log_entries(lines, utc_offset_h: float = 0.0) -> dict[str, tuple[float, str]]:
@@ -74,7 +71,7 @@ def main() -> int:
     entries = {}
     for path in args.gateway_logs:
         entries.update(log_entries(path.read_text(errors="replace").splitlines(), args.log_utc_offset_h))
-    for level in read_json(args.bench_json)["levels"]:
+    for level in read_bench_json(args.bench_json)["levels"]:
         r = level_report(level, entries)
         if not r["num_joined"]:
             print(f"c={r['concurrency']} {r['arrivals']}: no stream found in the logs (a JSON from before "
