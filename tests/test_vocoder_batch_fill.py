@@ -24,7 +24,7 @@ def stream(rid: str, slot: int, pending: int, deadline_s: float | None = None, e
     s.pending, s.num_pending = ([np.full((pending, 16), slot, np.int64)] if pending else []), pending
     s.oldest_pending_s = 0.0 if pending else None
     s.context, s.num_context_pending = ([np.zeros((context, 16), np.int64)] if context else []), context
-    s.ended = ended
+    s.ended_at_s = 0.0 if ended else None
     if deadline_s is not None:
         s.playback = PlaybackClock(deadline_s=deadline_s)
     return s

@@ -181,7 +181,7 @@ class VocoderEngine:
                 stream.oldest_pending_s = now
             stream.num_pending += len(codes)
         if is_final:
-            stream.ended, stream.ended_at_s = True, now
+            stream.ended_at_s = now
 
     def abort(self, request_id: str, reason: str = "") -> bool:
         """Free a request's state. Idempotent: aborting an unknown or finished request is a no-op."""

@@ -22,14 +22,18 @@ class StreamState:
     num_context_pending: int = 0
     num_pending: int = 0
     oldest_pending_s: float | None = None
-    ended: bool = False                  # the talker sent its final frames
-    ended_at_s: float | None = None      # ... received then (engine clock)
+    ended_at_s: float | None = None      # when the talker's final frames came (engine clock); None: not yet
     num_chunks_emitted: int = 0
     num_samples_emitted: int = 0
     num_frames_decoded: int = 0
     pcm_seq: int = 0                     # sequence number of the next PCM chunk to the gateway
     # the listener's deadline on the engine clock (first chunk out + audio sent); scheduling key
     playback: PlaybackClock = field(default_factory=PlaybackClock)
+
+    @property
+    def ended(self) -> bool:
+        """The talker sent its final frames."""
+        return self.ended_at_s is not None
 
     def take_into(self, dest: np.ndarray, blocks_attr: str, count_attr: str) -> None:
         """Pop the first n frames of a queue straight into `dest` [16, n] (a row of the batch codes).
