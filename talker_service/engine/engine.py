@@ -178,14 +178,18 @@ class TalkerEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
+    def _ready_arrivals_s(self) -> list[float]:
+        """Arrivals (engine clock) of the queued requests whose prefill could start (text is there)."""
+        return [r.arrival_s for r in self.scheduler.queued.values() if r.feed.is_prefill_ready]
+
     def oldest_ready_arrival_s(self) -> float | None:
         """Arrival (engine clock) of the longest-waiting queued request whose prefill could start."""
-        return min((r.arrival_s for r in self.scheduler.queued.values() if r.feed.is_prefill_ready), default=None)
+        return min(self._ready_arrivals_s(), default=None)
 
     def describe_queue(self) -> str:
         """The talker's own side of a queue wait, for the admission log."""
         s = self.scheduler
-        ready = sum(1 for r in s.queued.values() if r.feed.is_prefill_ready)
+        ready = len(self._ready_arrivals_s())
         return (f"talker: {len(s.free_slots)} of {s.max_slots} slots free, {len(s.queued)} queued "
                 f"({ready} with the text to start), {len(self._prefilling)} prefills under way")
 
@@ -228,7 +232,7 @@ class TalkerEngine:
         s = self.scheduler
         if not s.free_slots:
             return False
-        ready_s = [r.arrival_s for r in s.queued.values() if r.feed.is_prefill_ready]
+        ready_s = self._ready_arrivals_s()
         if not ready_s:
             return False
         num_decoding = sum(1 for r in s.running.values() if r.feed.is_step_ready)
