@@ -120,6 +120,13 @@ class Resolver:
         self.min_reference_s = min_reference_s
         self.max_reference_s = max_reference_s
 
+    @staticmethod
+    def is_quick(cfg: config_pb2.SynthesisConfig) -> bool:
+        """Whether resolve() is only lookups and a short instruct's tokens (~40 us: a speaker or a
+        design); a clone decodes its reference audio and a registered voice reads the registry's
+        files, work for a thread."""
+        return cfg.WhichOneof("voice") in ("speaker", "design")
+
     def resolve(self, cfg: config_pb2.SynthesisConfig, is_unary: bool) -> Resolved:
         model = self.model
         if cfg.model and cfg.model != model.name:

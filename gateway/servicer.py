@@ -71,11 +71,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                                   f"{self.config.max_message_bytes} bytes")
 
     async def _resolve(self, cfg: config_pb2.SynthesisConfig, is_unary: bool):
-        """The config checked and resolved. A speaker or design voice resolves here (~40 us: lookups
-        and a short instruct's tokens), cheaper than a turn of this loop for a thread's answer under
-        load; a clone decodes its reference audio and a registered voice reads the registry's files,
-        in a thread so the loop keeps serving."""
-        if cfg.WhichOneof("voice") in ("speaker", "design"):
+        """The config checked and resolved: in this loop when that is quick (cheaper than a loop turn
+        for a thread's answer under load), else in a thread so the loop keeps serving."""
+        if self.resolver.is_quick(cfg):
             return self.resolver.resolve(cfg, is_unary)
         return await asyncio.to_thread(self.resolver.resolve, cfg, is_unary)
 
