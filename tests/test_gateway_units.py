@@ -96,3 +96,15 @@ def test_gateway_process_imports_no_torch():
     code = ("import sys, gateway.main, gateway.server, gateway.servicer, client, client.cli; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_only_speaker_and_design_configs_resolve_in_the_loop():
+    from gateway.resolve import Resolver
+    from protos.tts.v1 import config_pb2 as C
+
+    assert Resolver.is_quick(C.SynthesisConfig(speaker=C.SpeakerVoice(name="vivian")))
+    assert Resolver.is_quick(C.SynthesisConfig(design=C.DesignVoice(instruct="a calm voice")))
+    # a clone decodes audio and a registered voice reads files: those go to a thread
+    assert not Resolver.is_quick(C.SynthesisConfig(clone=C.CloneVoice(reference_text="hello")))
+    assert not Resolver.is_quick(C.SynthesisConfig(registered_voice_id="v1"))
+    assert not Resolver.is_quick(C.SynthesisConfig())
