@@ -81,7 +81,8 @@ async def one_stream(client: TtsClient, seed: int, args, config_for: ConfigFor, 
         elif r.HasField("summary"):
             summary = r.summary
     # client_start_ms: the gateway's start message (the call accepted, the talker's ACK) as the client
-    # saw it; client TTFA past the server's TTFA + admit_ms is delivery and the two event loops
+    # saw it. The server's TTFA clock starts at the first text read, which is before that ACK, so
+    # client TTFA <= client_start_ms + server TTFA (gapless5: within ~1 ms at p95)
     # start_unix_s and request_id: the stream's start on the wall clock, to be joined with the gateway's
     # log of the request on the same host (benchmarks/gateway_entry_lag.py)
     return {"client_ttfa_ms": (first_s or 0) * 1e3, "client_start_ms": (start_s or 0) * 1e3,
@@ -267,10 +268,10 @@ def start_stack(args, work: Path) -> tuple[subprocess.Popen, str, dict[str, int]
     return proc, ready["grpc_target"], ready.get("pids") or {}
 
 
-def write_result(args, single: dict | None, rows: list[dict], work: Path) -> str:
-    """The run so far as JSON (after every level: a run cut short by its time limit keeps its levels)."""
-    result = {"bench": "e2e", "commit": read_commit(ROOT), "stack_dir": args.stack_dir,
-              "gpu": stack_gpu_name(args.device), "model": args.model, "device": args.device,
+def write_result(args, header: dict, single: dict | None, rows: list[dict], work: Path) -> str:
+    """The run so far as JSON (after every level: a run cut short by its time limit keeps its levels);
+    `header`: its commit and GPU, read once."""
+    result = {"bench": "e2e", **header, "stack_dir": args.stack_dir, "model": args.model, "device": args.device,
               "compose_ready": json.loads(args.compose_ready.read_text()) if args.compose_ready else None,
               "workload": args.workload, "distinct_clips": args.distinct_clips,
               "frames_per_utterance": args.frames, "streams_per_level": args.streams_per_level,
@@ -356,6 +357,7 @@ def main() -> int:
         if not target:
             proc, target, pids = start_stack(args, work)
         rows = []
+        header = {"commit": read_commit(ROOT), "gpu": stack_gpu_name(args.device)}
         stats_dir = None if args.target else work   # the launcher's ready files name the admin ports
         single = None
         if not args.target:   # a stack of our own: its very first request is measurable
@@ -374,7 +376,7 @@ def main() -> int:
                 row["vocoder_load_split"] = load_split(before, row["server_stats"])
                 row["talker_load_split"] = load_split(before, row["server_stats"], "talker")
             rows.append(row)
-            write_result(args, single, rows, work)
+            write_result(args, header, single, rows, work)
             stalls = row["stalls"]
             print(f"c={c:4d} TTFA p50 {row['ttfa_ms_p50']:8.1f} ms p95 {row['ttfa_ms_p95']:8.1f} ms (client p95 "
                   f"{row['client_ttfa_ms_p95']:.1f}, its start message p95 {row['client_start_ms_p95']:.1f}) | RTF p50 "
@@ -401,7 +403,7 @@ def main() -> int:
                 print("        talker load split: " + ", ".join(
                     f"{name} {s['streams']} streams ({s['stream_share']:.0%})"
                     for name, s in row["talker_load_split"].items()), flush=True)
-        out = write_result(args, single, rows, work)
+        out = write_result(args, header, single, rows, work)
         print(f"wrote {out}")
         return 0
     finally:
