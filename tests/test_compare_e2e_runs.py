@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_e2e import start_offsets_s, streams_for_level
+from benchmarks.bench_e2e import arrival_order, start_offsets_s, streams_for_level
 from benchmarks.compare_e2e_runs import (common_levels, compare, level_summary, lone_stream_summary, markdown,
                                          verdict)
 
@@ -122,6 +122,14 @@ def test_streams_per_level_is_the_factor_times_concurrency_unless_given():
     assert streams_for_level(1, streams_per_level=5, min_streams=16) == 5
     with pytest.raises(ValueError):
         streams_for_level(8, streams_factor=0)
+
+
+def test_poisson_runs_after_the_modes_that_set_its_rate_and_never_alone():
+    assert arrival_order(["poisson", "burst"]) == ["burst", "poisson"]
+    assert arrival_order(["closed", "poisson", "burst"]) == ["closed", "burst", "poisson"]
+    assert arrival_order(["burst", "closed"]) == ["burst", "closed"]
+    with pytest.raises(ValueError, match="closed or burst level"):
+        arrival_order(["poisson"])
 
 
 def test_staggered_starts_spread_the_first_streams_evenly_over_the_period():
