@@ -34,6 +34,8 @@ def running_stream(rid: str, slot: int, now_s: float, slack_s: float, num_pendin
 
 
 def scheduler(**policy) -> DeadlineScheduler:
+    # the rules' tests size their budgets for 20 ms steps stretched to 40 (the defaults until 40/120)
+    policy = {"target_step_ms": 20.0, "max_step_ms": 40.0, **policy}
     return DeadlineScheduler(ChunkPolicy(2, 25), DeadlinePolicy(**policy), 1 / FRAME_S, launch_cost_row_frames=0.0)
 
 
@@ -88,10 +90,11 @@ def test_chunk_size_follows_slack_within_the_captured_frame_buckets():
 
 
 def test_first_chunks_wait_for_running_streams_due_rows_when_the_budget_is_spent():
-    sched = scheduler(max_step_ms=20.0)   # no stretching: the step holds target_step_ms
+    # no stretching: the step holds target_step_ms; recent steps of 30 ms: due within 80 ms
+    sched = scheduler(max_step_ms=20.0, initial_step_ms=30.0)
     sched.s_per_row_frame = 0.02 / 25   # a 20 ms step holds 25 row-frames
-    # 13 running streams 20 ms from their deadlines: each goes with a first-chunk-sized 2 frames
-    due = [running_stream(f"run{i}", i, 1.0, slack_s=0.02, num_pending=25) for i in range(13)]
+    # 13 running streams 60 ms from their deadlines: each goes with a first-chunk-sized 2 frames
+    due = [running_stream(f"run{i}", i, 1.0, slack_s=0.06, num_pending=25) for i in range(13)]
     new = []
     for i in range(4):
         stream = StreamState(f"new{i}", 20 + i, None, None, 0.9, 0.9)
@@ -108,23 +111,37 @@ def test_first_chunks_wait_for_running_streams_due_rows_when_the_budget_is_spent
 
 # ---- the engine under a simulated talker ----------------------------------------------------------
 
+class _Queued:
+    """A launched decode: reading it back waits (moves the fake clock) until the device is done."""
+    is_graph = False
+
+    def __init__(self, clock: list[float], done_at_s: float, pcm: np.ndarray) -> None:
+        self.clock, self.done_at_s, self.pcm = clock, done_at_s, pcm
+
+    def wait(self) -> np.ndarray:
+        self.clock[0] = max(self.clock[0], self.done_at_s)
+        return self.pcm
+
+
 class ClockedRunner:
-    """Decodes nothing useful, but each call advances the fake clock like a GPU would: a launch cost
-    plus a cost per padded row-frame."""
+    """Decodes nothing useful, but its launches take fake-clock time like a GPU's: queued one after
+    another, each a launch cost plus a cost per padded row-frame, read back in order (the engine
+    sends each batch's chunks as it reads them back)."""
     codebook_size = 2048
 
     def __init__(self, clock: list[float], launch_s: float, per_row_frame_s: float) -> None:
         self.clock, self.launch_s, self.per_row_frame_s = clock, launch_s, per_row_frame_s
         self.calls: list[tuple[int, int]] = []
+        self._busy_until_s = 0.0
 
     def reset(self, slots) -> None:
         pass
 
-    def decode(self, codes, slots, lengths):
+    def launch(self, codes, slots, lengths) -> _Queued:
         bs, _, t = codes.shape
         self.calls.append((bs, t))
-        self.clock[0] += self.launch_s + bs * t * self.per_row_frame_s
-        return np.zeros((bs, t * SPF), np.float32)
+        self._busy_until_s = max(self.clock[0], self._busy_until_s) + self.launch_s + bs * t * self.per_row_frame_s
+        return _Queued(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
 
 
 def simulate(arrivals_s: dict[str, float], num_frames: int, frame_interval_s: float | dict[str, float],
@@ -147,6 +164,15 @@ def simulate(arrivals_s: dict[str, float], num_frames: int, frame_interval_s: fl
     first_audio_s: dict[str, float] = {}
     finished: set[str] = set()
     codes = np.ones((1, 16), np.int64)
+
+    def on_outputs(outs) -> None:   # what the listener gets: as its batch is read back (the server sends then)
+        for out in outs:
+            if len(out.pcm):
+                first_audio_s.setdefault(out.request_id, clock[0])
+                listeners[out.request_id].on_chunk(clock[0], len(out.pcm) / SAMPLE_RATE_HZ)
+            if out.is_final:
+                finished.add(out.request_id)
+
     while len(finished) < len(arrivals_s):
         now = clock[0]
         next_event = []
@@ -164,13 +190,7 @@ def simulate(arrivals_s: dict[str, float], num_frames: int, frame_interval_s: fl
             if sent[rid] < num_frames:
                 next_event.append(start_s + (sent[rid] + 1) * intervals[rid])
         if engine.has_work():
-            outs = engine.step()
-            for out in outs:   # what the listener gets: at the end of the step that decoded it
-                if len(out.pcm):
-                    first_audio_s.setdefault(out.request_id, clock[0])
-                    listeners[out.request_id].on_chunk(clock[0], len(out.pcm) / SAMPLE_RATE_HZ)
-                if out.is_final:
-                    finished.add(out.request_id)
+            engine.step(on_outputs=on_outputs)
             continue
         wake = [t for t in next_event + [now + engine.idle_timeout_s(math.inf)] if math.isfinite(t) and t > now]
         clock[0] = min(wake) if wake else now + 0.001

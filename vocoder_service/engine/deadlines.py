@@ -42,10 +42,13 @@ from vocoder_service.engine.stream_state import StreamState
 @dataclass(frozen=True)
 class DeadlinePolicy:
     # Not-due rows fill a step up to this much measured decode time; 0: no bound (every ready row).
-    target_step_ms: float = 20.0
+    # 40 (was 20, with max 40): at 256 open-loop Poisson streams on an H200 TTFA p95 1130 -> 428 ms,
+    # +6% audio-s/s, closed and burst unchanged, no stall at 16/64/256 (results 2026-11-28-gapless6):
+    # short steps spent the shared GPU on launches while finished streams held vocoder slots.
+    target_step_ms: float = 40.0
     # ... and up to this much while every stream left out keeps enough slack for the next step (the
-    # longer the step, the fewer launches; the old all-ready-rows steps took ~40 ms at 256 streams)
-    max_step_ms: float = 40.0
+    # longer the step, the fewer launches; slack is seconds at 256 streams, so a due chunk rarely waits)
+    max_step_ms: float = 120.0
     # From the vocoder's send to the listener: gateway encode, gRPC, the client (a due stream's chunk
     # must leave this much before its deadline).
     delivery_margin_ms: float = 20.0
@@ -95,6 +98,7 @@ class Candidate:
     key_s: float        # earliest deadline first: the playback deadline, or a first chunk's oldest frame
     is_due: bool        # a running stream that stalls unless decoded this step
     cost: int           # padded frames (the row's frame bucket)
+    is_playing: bool = False   # its listener's clock runs (key_s is a playback deadline)
 
 
 @dataclass
@@ -160,16 +164,22 @@ class DeadlineScheduler:
         """Slack under which a running stream is due: this step and the next, then delivery."""
         return 2 * self.step_s + self.policy.delivery_margin_ms / 1e3
 
-    def budget_row_frames(self, left_out_in_s: float = 0.0) -> float:
+    def budget_row_frames(self, left_out_in_s: float = 0.0, playing_left_out_in_s: float = math.inf) -> float:
         """Padded row-frames a step may hold: target_step_ms of measured decode work, stretched up to
-        max_step_ms while the earliest stream left out of the step (its deadline `left_out_in_s`
-        from now) could still be served by the step after it. A long step costs nobody then, and
-        fewer, fuller launches decode more audio per second of device time."""
+        max_step_ms while the earliest stream left out of the step (its deadline or wake-up
+        `left_out_in_s` from now) could still be served by the step after it: a long step costs
+        nobody then, and fewer, fuller launches decode more audio per second of device time. It
+        shrinks below target_step_ms (to one steady chunk at least) when a playing stream left out
+        (its deadline `playing_left_out_in_s` from now) could not otherwise be served by the next
+        step: the due horizon counts on recent steps, so after a run of short ones a full-budget step
+        let such a stream fall due too late (a 64-stream backlog joining 8 near-real-time streams,
+        steps of 40 ms: 15 ms stalls; stretched to 120: 24 ms)."""
         if self.policy.target_step_ms <= 0 or self.s_per_row_frame is None or self.s_per_row_frame <= 0:
             return math.inf
-        spare_s = left_out_in_s - self.step_s - self.policy.delivery_margin_ms / 1e3
-        step_s = min(max(self.policy.target_step_ms, self.policy.max_step_ms) / 1e3,
-                     max(self.policy.target_step_ms / 1e3, spare_s))
+        target_s = self.policy.target_step_ms / 1e3
+        after_s = max(self.step_s, target_s) + self.policy.delivery_margin_ms / 1e3   # the next step, delivery
+        step_s = min(max(target_s, self.policy.max_step_ms / 1e3), max(target_s, left_out_in_s - after_s),
+                     playing_left_out_in_s - after_s)
         return max(step_s / self.s_per_row_frame, float(self.chunk.steady_chunk_frames))
 
     # ---- sizing -----------------------------------------------------------------------------
@@ -223,7 +233,7 @@ class DeadlineScheduler:
         # a stream's last frames go as one final chunk when they fit one (its slot frees a step sooner)
         n = pending if stream.ended and pending <= steady else min(pending, target)
         row = ReadyRow(stream.request_id, stream.slot, n, True, stream.ended and n == pending)
-        return Candidate(row, playback.deadline_s, is_due, self._bucket(n)), None
+        return Candidate(row, playback.deadline_s, is_due, self._bucket(n), is_playing=True), None
 
     def next_ready(self, streams: list[StreamState], now_s: float) -> tuple[bool, float | None]:
         """(whether some stream has a row ready now, else when the first waiting one becomes ready
@@ -241,25 +251,43 @@ class DeadlineScheduler:
     def plan(self, streams: list[StreamState], now_s: float) -> StepPlan:
         """This step's rows: every due row, then the others earliest deadline first within the budget."""
         self.note_plan(now_s)
-        candidates, wake_s = [], None
+        candidates, wake_s, idle_s = [], None, math.inf
         for stream in streams:
             cand, wake = self.candidate(stream, now_s, len(streams))
             if cand is not None:
                 candidates.append(cand)
-            elif wake is not None:
+                continue
+            if wake is not None:
                 wake_s = wake if wake_s is None else min(wake_s, wake)
+            if stream.playback.is_started and (wake is not None or not stream.ended):
+                # playing without a row now (waiting for a bigger chunk, or every frame sent): the step
+                # after this one must still reach it
+                idle_s = min(idle_s, stream.playback.deadline_s)
         candidates.sort(key=lambda c: c.key_s)
         due = [c for c in candidates if c.is_due]
         rest = [c for c in candidates if not c.is_due]
         spent = sum(c.cost for c in due)
         chosen, num_deferred = [c.row for c in due], 0
+        # a long step also delays what comes after it for the playing streams it leaves out or serves
+        # in part: the due rows (next due at their deadline plus this chunk) and those without a row
+        # (tests/test_vocoder_deadlines.py: 8 near-real-time streams beside a 64-stream backlog stalled
+        # 24 ms at 40/120 ms steps without this)
+        after_due_s = min((c.key_s + c.row.num_frames / self.frames_per_s for c in due), default=math.inf)
+        floor_s = min(idle_s, after_due_s)
+        # the earliest playing stream among rest[i:] (first chunks sort first but do not shrink a step:
+        # their key is an arrival, already past, and a burst's would cut every step to one chunk)
+        playing_from = [math.inf] * (len(rest) + 1)
+        for i in range(len(rest) - 1, -1, -1):
+            playing_from[i] = min(playing_from[i + 1], rest[i].key_s if rest[i].is_playing else math.inf)
         for i, cand in enumerate(rest):
             # what a stream left out of this step would still allow: the earliest of those (the next in
             # deadline order, or a waiting one's wake-up) must be servable by the step after this one
-            left_out_s = min(rest[i + 1].key_s if i + 1 < len(rest) else math.inf,
+            left_out_s = min(rest[i + 1].key_s if i + 1 < len(rest) else math.inf, floor_s,
                              math.inf if wake_s is None else wake_s + self.step_s + self.policy.delivery_margin_ms / 1e3)
+            playing_s = min(playing_from[i + 1], floor_s)
+            budget = self.budget_row_frames(left_out_s - now_s, playing_s - now_s)
             # one row always goes when nothing is due: a step makes progress whatever the budget
-            if spent + cand.cost <= self.budget_row_frames(left_out_s - now_s) or not chosen:
+            if spent + cand.cost <= budget or not chosen:
                 chosen.append(cand.row)
                 spent += cand.cost
             else:   # the rest wait too: rows go in deadline order, none jumps an earlier one
