@@ -98,14 +98,16 @@ class SharedGpuRunner:
 
 def simulate(concurrency: int, num_streams: int, num_frames: int, policy: DeadlinePolicy, costs: Costs,
              stagger_s: float, max_slots: int = 256, fill_padding: bool = True, rate_hz: float = 0.0,
-             gather: PrefillGather | None = None, seed: int = 0) -> dict:
+             gather: PrefillGather | None = None, seed: int = 0, vocoder_slots: int = 0) -> dict:
     """`rate_hz` > 0: open-loop Poisson arrivals at that rate (`concurrency` unused) instead of the
     closed loop. The talker prefills an arrival only while the vocoder has a slot for it (as the real
     admission does) and, with `gather`, lets ready arrivals wait for more (talker_service/engine/
-    prefill_gather.py, the real rule)."""
+    prefill_gather.py, the real rule). `vocoder_slots`: the vocoder's streams (0: `max_slots`, the
+    talker's): more than the talker's leaves room for streams whose talker finished."""
     clock = [0.0]
-    runner = SharedGpuRunner(clock, costs, max_slots)
-    config = VocoderEngineConfig(max_slots=max_slots, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
+    vocoder_slots = vocoder_slots or max_slots
+    runner = SharedGpuRunner(clock, costs, vocoder_slots)
+    config = VocoderEngineConfig(max_slots=vocoder_slots, samples_per_frame=SPF, sample_rate_hz=SAMPLE_RATE_HZ,
                                  chunk=ChunkPolicy(2, 25), deadline=policy, fill_padding=fill_padding,
                                  launch_cost_row_frames=64.0)
     engine = VocoderEngine(runner, config, clock=lambda: clock[0])
@@ -269,6 +271,7 @@ def main() -> None:
     ap.add_argument("--gather-ms", type=float, default=0.0, help="> 0: the talker's prefill gathering (Poisson run)")
     ap.add_argument("--gather-batch", type=int, default=8)
     ap.add_argument("--gather-min-decoding", type=int, default=64)
+    ap.add_argument("--vocoder-slots", type=int, default=0, help="the vocoder's streams (0: the talker's 256)")
     args = ap.parse_args()
     costs = Costs(vocoder_row_frame_us=args.vocoder_row_frame_us, vocoder_frame_ms=args.vocoder_frame_ms,
                   talker_step_base_ms=args.talker_step_base_ms, talker_step_per_row_ms=args.talker_step_per_row_ms,
@@ -277,12 +280,12 @@ def main() -> None:
     gather = (PrefillGather(args.gather_ms / 1e3, args.gather_batch, args.gather_min_decoding)
               if args.gather_ms > 0 else None)
     closed = simulate(args.concurrency, num_streams, args.frames, parse_policy(args.policy), costs, args.stagger_s,
-                      fill_padding=not args.no_fill, gather=gather)
+                      fill_padding=not args.no_fill, gather=gather, vocoder_slots=args.vocoder_slots)
     print(json.dumps({"arrivals": "closed", **closed}))
     if args.poisson_load > 0:
         rate_hz = args.poisson_load * args.concurrency / closed["mean_life_s"]
         result = simulate(args.concurrency, num_streams, args.frames, parse_policy(args.policy), costs, args.stagger_s,
-                          fill_padding=not args.no_fill, rate_hz=rate_hz, gather=gather)
+                          fill_padding=not args.no_fill, rate_hz=rate_hz, gather=gather, vocoder_slots=args.vocoder_slots)
         print(json.dumps({"arrivals": f"poisson {args.poisson_load} ({rate_hz:.1f}/s)", **result}))
 
 

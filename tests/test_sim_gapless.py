@@ -31,3 +31,12 @@ def test_open_loop_arrivals_wait_for_a_vocoder_slot_and_gathering_batches_their_
                         gather=PrefillGather(wait_s=0.2, min_batch=4, min_decoding=1))
     assert gathered["num_prefills"] < spread["num_prefills"] and gathered["stall_over_50ms"] == 0
     assert 0 < gathered["vocoder_gpu_share"] and 0 < gathered["prefill_gpu_share"] < gathered["decode_gpu_share"]
+
+
+def test_vocoder_slots_beyond_the_talkers_leave_room_for_finished_streams():
+    # 4 talker slots; the vocoder keeps a stream after its talker finished until its audio is out:
+    # with the vocoder's slots equal to the talker's, arrivals also wait for those tails
+    same = simulate(8, 40, 25, parse_policy([]), Costs(), stagger_s=0.0, max_slots=4, rate_hz=40.0)
+    more = simulate(8, 40, 25, parse_policy([]), Costs(), stagger_s=0.0, max_slots=4, rate_hz=40.0, vocoder_slots=8)
+    assert more["queue_p95_ms"] < same["queue_p95_ms"] and more["stall_over_50ms"] == 0
+    assert more["talker_mean_batch"] <= 4
