@@ -15,8 +15,8 @@ longest, and the same from the servers' summaries. Arrivals (`--arrivals`): `clo
 `concurrency` streams in flight (a burst, or spread with --stagger-starts); `burst` is the closed
 loop started all at once whatever --stagger-starts says; `poisson` starts the
 same number of streams open loop, at exponential gaps with a rate that holds about `concurrency`
-open (concurrency / the mean stream wall time of the closed level at that concurrency, or of the
-lone warm-up stream when no closed level ran); its row says how many were open on average. That
+open (concurrency / the mean stream wall time of the closed or burst level at that concurrency,
+which runs first: `arrival_order`); its row says how many were open on average. That
 rate is what the closed loop sustains, i.e. the service's capacity at that concurrency, where any
 open loop queues; `--poisson-load F` offers F times it (e.g. 0.9: steady arrivals with headroom).
 
@@ -223,11 +223,13 @@ def level_jobs(concurrency: int, total: int, arrivals: str, period_s: float,
 def level(target: str, concurrency: int, args, arrivals: str = "closed",
           stream_wall_s: float | None = None, pids: dict[str, int] | None = None) -> dict:
     """One level: `closed` keeps `concurrency` streams in flight; `poisson` starts them open loop
-    at a rate that holds about that many open given streams of `stream_wall_s` (default: the
-    warm-up stream's). The streams are driven from `--client-procs` processes."""
+    at a rate that holds about that many open given streams of `stream_wall_s` (the closed or burst
+    level's mean; required). The streams are driven from `--client-procs` processes."""
+    if arrivals == "poisson" and not stream_wall_s:
+        raise ValueError("poisson arrivals need the mean stream wall time of a closed or burst level")
     warm = asyncio.run(warm_stream(target, args))
     total = streams_for_level(concurrency, args.streams_per_level, args.streams_factor, args.min_streams)
-    rate_hz = args.poisson_load * concurrency / (stream_wall_s or warm["wall_s"]) if arrivals == "poisson" else None
+    rate_hz = args.poisson_load * concurrency / stream_wall_s if arrivals == "poisson" else None
     period_s = warm["wall_s"] if args.stagger_starts and arrivals == "closed" else 0.0
     jobs = level_jobs(concurrency, total, arrivals, period_s, rate_hz)
     parts = round_robin(jobs, max(1, min(args.client_procs, len(jobs))))
