@@ -18,11 +18,13 @@ the talker queue's p95, the streams open on average, the mean stream lifetime an
 talker's last frame, the talker's mean batch and prefills, and the GPU's share of each kind of work.
 
 The default costs are the talker's own on a GPU of its own (two-GPU stack, H200, 2026-11-28: a step
-of ~4.9 ms at batch ~165, a prefill of ~6 ms whatever its batch) and the vocoder fitted alone; they
-reproduce that day's one-GPU 256-stream closed loop (1306 audio-s/s against 1318-1343 measured,
-a stream's life 1.89 s against 1.84, 62 prefills and 410 vocoder steps against 68-133 and 443-463)
-and, qualitatively, its open loop at 0.9 (queueing, more vocoder steps, fewer streams in the talker;
-benchmarks/results/2026-11-28-gapless5-h200.md). Use it to compare policies, not to quote speeds.
+of ~4.9 ms at batch ~165, a prefill of ~6 ms whatever its batch) and the vocoder fitted alone. The
+decoder's batches are read back in order and each batch's chunks leave then, as the server sends
+them (until 2026-11-28 every chunk left at the step's end). At 256 streams on one H200 the model
+gives, closed loop, 1380 audio-s/s at 40/120 ms steps (measured 1359) and 1214 at 20/40 (1329);
+open loop at 0.9, TTFA p95 142 ms at 40/120 (measured 366) and 1429 at 20/40 (1130): it ranks the
+two as the GPU did but sees less of the queue at 40/120 (results 2026-11-28-gapless5/6-h200.md).
+Use it to compare policies, not to quote speeds.
 
   python benchmarks/sim_gapless.py --concurrency 256 --streams 1024 --poisson-load 0.9
   python benchmarks/sim_gapless.py --policy target_step_ms=0     # the old all-ready-rows steps
@@ -69,9 +71,23 @@ class Costs:
     delivery_ms: float = 3.0           # vocoder -> gateway -> client
 
 
+class _Queued:
+    """A launched decode: reading it back moves the fake clock to when the device is done with it."""
+    is_graph = False
+
+    def __init__(self, clock: list[float], done_at_s: float, pcm: np.ndarray) -> None:
+        self.clock, self.done_at_s, self.pcm = clock, done_at_s, pcm
+
+    def wait(self) -> np.ndarray:
+        self.clock[0] = max(self.clock[0], self.done_at_s)
+        return self.pcm
+
+
 class SharedGpuRunner:
-    """Decodes nothing; each call advances the fake clock by its padded cost, doubled while the
-    talker also has work (time-slicing), and books the GPU time it took from the talker."""
+    """Decodes nothing; each launch is queued on the device behind the previous one and takes its
+    padded cost, doubled while the talker also has work (time-slicing), and books the GPU time it
+    took from the talker. The engine reads the batches back in order and the server sends each
+    batch's chunks then, so a due chunk in the first batch leaves before the step's big ones."""
     codebook_size = 2048
 
     def __init__(self, clock: list[float], costs: Costs, max_batch: int) -> None:
@@ -79,11 +95,12 @@ class SharedGpuRunner:
         self.gpu_s = 0.0           # GPU work of the current step (the talker loses this much)
         self.total_gpu_s = 0.0     # all the vocoder's GPU work
         self.talker_busy = True
+        self._busy_until_s = 0.0
 
     def reset(self, slots) -> None:
         pass
 
-    def decode(self, codes, slots, lengths):
+    def launch(self, codes, slots, lengths) -> _Queued:
         bs, _, t = codes.shape
         padded = 1
         while padded < bs:
@@ -92,8 +109,8 @@ class SharedGpuRunner:
         work_s = (c.vocoder_launch_ms + t * (c.vocoder_frame_ms + min(padded, self.max_batch) * c.vocoder_row_frame_us / 1e3)) / 1e3
         self.gpu_s += work_s
         self.total_gpu_s += work_s
-        self.clock[0] += 2 * work_s if self.talker_busy else work_s
-        return np.zeros((bs, t * SPF), np.float32)
+        self._busy_until_s = max(self.clock[0], self._busy_until_s) + (2 * work_s if self.talker_busy else work_s)
+        return _Queued(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
 
 
 def simulate(concurrency: int, num_streams: int, num_frames: int, policy: DeadlinePolicy, costs: Costs,
@@ -202,12 +219,11 @@ def simulate(concurrency: int, num_streams: int, num_frames: int, policy: Deadli
         if engine.has_work():
             runner.gpu_s = 0.0
             runner.talker_busy = talker_item is not None
-            outs = engine.step()
+            engine.step(on_outputs=lambda outs: deliveries.extend(
+                (clock[0] + costs.delivery_ms / 1e3, out.request_id, len(out.pcm) / SAMPLE_RATE_HZ, out.is_final)
+                for out in outs))   # each batch's chunks as it is read back (the server sends them then)
             if talker_item is not None:
                 talker_free_s += runner.gpu_s
-            for out in outs:
-                deliveries.append((clock[0] + costs.delivery_ms / 1e3, out.request_id,
-                                   len(out.pcm) / SAMPLE_RATE_HZ, out.is_final))
             continue
         events = [talker_free_s if talker_item is not None else float("inf")]
         if waiting and gather is not None:
