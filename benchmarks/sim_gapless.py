@@ -71,8 +71,9 @@ class Costs:
     delivery_ms: float = 3.0           # vocoder -> gateway -> client
 
 
-class _Queued:
-    """A launched decode: reading it back moves the fake clock to when the device is done with it."""
+class QueuedOnClock:
+    """A launched decode on a fake clock: reading it back moves the clock to when the device is done
+    with it (also the vocoder tests' fake device, tests/test_vocoder_deadlines.py)."""
     is_graph = False
 
     def __init__(self, clock: list[float], done_at_s: float, pcm: np.ndarray) -> None:
@@ -100,7 +101,7 @@ class SharedGpuRunner:
     def reset(self, slots) -> None:
         pass
 
-    def launch(self, codes, slots, lengths) -> _Queued:
+    def launch(self, codes, slots, lengths) -> QueuedOnClock:
         bs, _, t = codes.shape
         padded = 1
         while padded < bs:
@@ -110,7 +111,7 @@ class SharedGpuRunner:
         self.gpu_s += work_s
         self.total_gpu_s += work_s
         self._busy_until_s = max(self.clock[0], self._busy_until_s) + (2 * work_s if self.talker_busy else work_s)
-        return _Queued(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
+        return QueuedOnClock(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
 
 
 def simulate(concurrency: int, num_streams: int, num_frames: int, policy: DeadlinePolicy, costs: Costs,

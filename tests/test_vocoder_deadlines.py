@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.sim_gapless import QueuedOnClock
 from service_common.playback import PlaybackClock, stall_report
 from vocoder_service.engine.chunk_policy import ChunkPolicy
 from vocoder_service.engine.config import VocoderEngineConfig
@@ -111,18 +112,6 @@ def test_first_chunks_wait_for_running_streams_due_rows_when_the_budget_is_spent
 
 # ---- the engine under a simulated talker ----------------------------------------------------------
 
-class _Queued:
-    """A launched decode: reading it back waits (moves the fake clock) until the device is done."""
-    is_graph = False
-
-    def __init__(self, clock: list[float], done_at_s: float, pcm: np.ndarray) -> None:
-        self.clock, self.done_at_s, self.pcm = clock, done_at_s, pcm
-
-    def wait(self) -> np.ndarray:
-        self.clock[0] = max(self.clock[0], self.done_at_s)
-        return self.pcm
-
-
 class ClockedRunner:
     """Decodes nothing useful, but its launches take fake-clock time like a GPU's: queued one after
     another, each a launch cost plus a cost per padded row-frame, read back in order (the engine
@@ -137,11 +126,11 @@ class ClockedRunner:
     def reset(self, slots) -> None:
         pass
 
-    def launch(self, codes, slots, lengths) -> _Queued:
+    def launch(self, codes, slots, lengths) -> QueuedOnClock:
         bs, _, t = codes.shape
         self.calls.append((bs, t))
         self._busy_until_s = max(self.clock[0], self._busy_until_s) + self.launch_s + bs * t * self.per_row_frame_s
-        return _Queued(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
+        return QueuedOnClock(self.clock, self._busy_until_s, np.zeros((bs, t * SPF), np.float32))
 
 
 def simulate(arrivals_s: dict[str, float], num_frames: int, frame_interval_s: float | dict[str, float],
