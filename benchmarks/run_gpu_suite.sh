@@ -70,7 +70,7 @@
 #                            side is build/head.tar when there is one (scripts/ab_base.sh COMMIT head), else
 #                            this tree; GAPLESS_HEAD_ARGS (bench_e2e flags, e.g. --vocoder-arg=--dtype=bfloat16)
 #                            go to the head side only; any other side NAME runs the head tree with the flags
-#                            in GAPLESS_ARGS_NAME (e.g. GAPLESS_SIDES="head window2"
+#                            in GAPLESS_ARGS_NAME, after (so over) the defaults (e.g. GAPLESS_SIDES="head window2"
 #                            GAPLESS_ARGS_window2=--vocoder-arg=--step-window-s=2); GAPLESS_TRACE=1 has
 #                            those sides' vocoders write the step trace; the load comes from
 #                            GAPLESS_CLIENT_PROCS (4) client processes of GAPLESS_CLIENT_CHANNELS (4)
@@ -269,15 +269,16 @@ e2e_ab_run() {   # side round dir commit: that tree's bench_e2e and stack (both 
 }
 
 e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, driven by this tree's bench_e2e
+  # the side's flags come last, so they override the defaults here (e.g. --client-procs=16)
   local side=$1 dir=$2 commit=$3 logs="$OUT/gapless-logs" work; shift 3
   mkdir -p "$logs"
-  QWEN3_TTS_COMMIT=$commit timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py "$@" --stack-dir "$dir" \
+  QWEN3_TTS_COMMIT=$commit timeout "${GAPLESS_RUN_TIMEOUT_S:-540}" python3 benchmarks/bench_e2e.py --stack-dir "$dir" \
     --model "$CKPT" --device "${GAPLESS_DEVICE:-cuda}" --concurrency "${GAPLESS_LEVELS:-64,256}" \
     --arrivals "${GAPLESS_ARRIVALS:-closed,poisson,burst}" --stagger-starts --streams-factor 4 \
     --single-repeats "${GAPLESS_SINGLE_REPEATS:-2}" --frames "${GAPLESS_FRAMES:-125}" \
     --poisson-load "${GAPLESS_POISSON_LOAD:-1.0}" \
     --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" \
-    --out "$OUT/gapless-$side.json" > "$logs/gapless-$side.log" 2>&1
+    --out "$OUT/gapless-$side.json" "$@" > "$logs/gapless-$side.log" 2>&1
   echo "== $side $commit (exit $?) $*" >> "$OUT/gapless.txt"
   grep -E "^c=|stalls > |cpu %|server p50|^first request" "$logs/gapless-$side.log" >> "$OUT/gapless.txt" \
     || tail -5 "$logs/gapless-$side.log" >> "$OUT/gapless.txt"

@@ -89,8 +89,14 @@ def test_under_a_light_load_an_arrival_is_prefilled_at_once():
     assert got.frames.get("next") and engine.num_gather_held_steps == 0
 
 
-def test_off_by_default_and_checked():
-    assert EngineConfig().prefill_gather_ms == 0.0
+def test_on_by_default_only_under_load_and_checked():
+    # the defaults (gapless7): 60 ms or 8 ready, from 128 decoding streams, so 64 streams never wait
+    c = EngineConfig()
+    gather = PrefillGather(c.prefill_gather_ms / 1e3, c.prefill_gather_batch, c.prefill_gather_min_decoding)
+    assert gather.should_hold(128, [1.0], 1.01) and not gather.should_hold(127, [1.0], 1.01)
+    assert not gather.should_hold(256, [1.0], 1.0 + c.prefill_gather_ms / 1e3)
+    assert not gather.should_hold(256, [1.0] * c.prefill_gather_batch, 1.01)
+    assert EngineConfig(prefill_gather_ms=0.0).prefill_gather_ms == 0.0      # --prefill-gather-ms 0: off
     with pytest.raises(ValueError, match="prefill_gather_batch"):
         EngineConfig(prefill_gather_batch=0)
     with pytest.raises(ValueError, match="prefill_gather_ms"):

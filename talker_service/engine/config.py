@@ -72,10 +72,13 @@ class EngineConfig:
     # > 0: while at least prefill_gather_min_decoding streams decode, ready arrivals wait until
     # prefill_gather_batch of them are ready or the oldest waited this long, so arrivals spread in
     # time are prefilled together (a prefill costs about a decode step whatever its batch;
-    # engine/prefill_gather.py, issue #36). 0: off (every ready arrival is prefilled at once)
-    prefill_gather_ms: float = 0.0
+    # engine/prefill_gather.py, issue #36). 0: off (every ready arrival is prefilled at once). On an
+    # H200 at 256 streams under Poisson arrivals it took TTFA p95 from 611 to 174 ms at the same p50
+    # (benchmarks/results/2026-11-28-gapless7-h200.md); from 128 decoding streams, so 64 and fewer
+    # streams never wait for it
+    prefill_gather_ms: float = 60.0
     prefill_gather_batch: int = 8
-    prefill_gather_min_decoding: int = 64
+    prefill_gather_min_decoding: int = 128
     batch_buckets: tuple[int, ...] = ()  # decode batch sizes (graph buckets); empty: decode_batch_buckets()
     pad_to_buckets: bool | None = None   # None: on CUDA only (where a fixed shape lets a graph replay)
     max_text_tokens: int = 4096        # text tokens per request
