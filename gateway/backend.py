@@ -37,6 +37,7 @@ from protos import wire
 from protos.tts.internal.v1 import common_pb2
 from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
 from service_common.startup import bind_zmq
+from service_common.zmq_quick import QuickSender, receive_batch
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,11 @@ class TalkerPeer:
     num_streams: int = 0          # this gateway's live requests on the talker
     task: asyncio.Task | None = None   # its receive loop and link watch
     monitor: zmq.asyncio.Socket | None = None   # PAIR receiving the DEALER's connect/disconnect events
+    sender: QuickSender | None = None   # sends on `sock` without a future when it takes them at once
+
+    def __post_init__(self) -> None:
+        if self.sender is None:
+            self.sender = QuickSender(self.sock)
 
     @property
     def name(self) -> str:
@@ -112,6 +118,7 @@ class Backend:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.peer_timeout_s = peer_timeout_ms / 1e3
         self.pull = self.context.socket(zmq.PULL)
+        self.pull_now = zmq.Socket.shadow(self.pull.underlying)   # for messages already there
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.RCVHWM, SNDHWM)
         bind_zmq(self.pull, audio_bind, "gateway audio bind endpoint")
@@ -187,7 +194,7 @@ class Backend:
 
     # ---- sending -------------------------------------------------------------------------
     async def send(self, talker: TalkerPeer, msg_type: wire.MessageType, header, array=None) -> None:
-        await talker.sock.send_multipart(wire.encode(msg_type, header, array), copy=False)
+        await talker.sender.send_multipart(wire.encode(msg_type, header, array), copy=False)
 
     def open_mailbox(self, request_id: str, talker: TalkerPeer | None) -> Mailbox:
         box = Mailbox(request_id, talker)
@@ -253,7 +260,7 @@ class Backend:
 
     async def _receive_audio(self) -> None:
         while True:
-            self.audio.on_message(await self.pull.recv_multipart(copy=False))
+            await receive_batch(self.pull, self.pull_now, self.audio.on_message)
 
     async def _serve_talker(self, talker: TalkerPeer) -> None:
         await asyncio.gather(self._receive_talker(talker), self._watch_link(talker))
@@ -280,16 +287,18 @@ class Backend:
 
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:
-            frames = await talker.sock.recv_multipart(copy=False)
-            try:
-                msg_type, header, array = wire.decode(frames)
-            except ValueError as exc:
-                logger.warning("undecodable message from talker %s: %s", talker.endpoint, exc)
-                continue
-            if msg_type == wire.MessageType.HEARTBEAT:
-                self._on_heartbeat(talker, header)
-            elif msg_type in (wire.MessageType.ACK, wire.MessageType.ERROR, wire.MessageType.VOICE_ENCODED):
-                self._deliver(Event(msg_type, header, array), f"talker {talker.peer_id or talker.endpoint}")
+            await receive_batch(talker.sock, talker.sender.now, lambda frames: self._on_talker_message(talker, frames))
+
+    def _on_talker_message(self, talker: TalkerPeer, frames: list) -> None:
+        try:
+            msg_type, header, array = wire.decode(frames)
+        except ValueError as exc:
+            logger.warning("undecodable message from talker %s: %s", talker.endpoint, exc)
+            return
+        if msg_type == wire.MessageType.HEARTBEAT:
+            self._on_heartbeat(talker, header)
+        elif msg_type in (wire.MessageType.ACK, wire.MessageType.ERROR, wire.MessageType.VOICE_ENCODED):
+            self._deliver(Event(msg_type, header, array), f"talker {talker.peer_id or talker.endpoint}")
 
     def _on_heartbeat(self, talker: TalkerPeer, hb: common_pb2.Heartbeat) -> None:
         if talker.incarnation and hb.incarnation != talker.incarnation:

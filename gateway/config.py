@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protos.limits import MAX_UNARY_AUDIO_BYTES
+from service_common.event_loop import CHOICES as EVENT_LOOPS
 
 
 @dataclass
@@ -33,6 +34,9 @@ class GatewayConfig:
     # Bind the gRPC and HTTP ports with SO_REUSEPORT so several gateway processes serve them (the
     # workers set it). The taken-port check is off then: another such process is expected.
     reuse_port: bool = False
+    # the asyncio loop (service_common/event_loop.py): auto = uvloop when installed, else asyncio's;
+    # uvloop = required; asyncio = the standard loop
+    event_loop: str = "auto"
     ready_file: str = ""                 # JSON with the bound ports, written once listening
     voices_dir: str = ""                 # registered voices; empty: ~/.cache/qwen3-tts-serve/voices
     # --- limits
@@ -65,5 +69,7 @@ class GatewayConfig:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.worker_index < 0:
             raise ValueError(f"worker_index must be >= 0, got {self.worker_index}")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         if isinstance(self.talkers, str):
             self.talkers = tuple(t for t in self.talkers.split(",") if t)

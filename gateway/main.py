@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 
 from gateway.config import GatewayConfig
-from service_common import cli_config
+from service_common import cli_config, event_loop
 from service_common.startup import run_main
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ async def serve(config: GatewayConfig) -> int:
     from gateway.workers import for_worker
 
     config = for_worker(config)   # a worker's own audio endpoint and metrics port
+    logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     server = GatewayServer(config, resolve_model_dir(config.model))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -59,4 +60,4 @@ def main(argv: list[str] | None = None) -> int:
     if config.workers > 1:   # this process supervises; the workers serve (gateway/workers.py)
         from gateway.workers import supervise
         return run_main("python -m gateway", lambda: supervise(config, argv))
-    return run_main("python -m gateway", lambda: asyncio.run(serve(config)))
+    return run_main("python -m gateway", lambda: event_loop.run(serve(config), config.event_loop))

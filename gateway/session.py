@@ -102,7 +102,10 @@ class Session:
     async def _next_event(self, timeout_s: float) -> Event:
         if self.early:
             return self.early.pop(0)
-        return await asyncio.wait_for(self.box.queue.get(), timeout_s)
+        queue = self.box.queue
+        if not queue.empty():   # under load the next event is often there: no task, no timer
+            return queue.get_nowait()
+        return await asyncio.wait_for(queue.get(), timeout_s)
 
     async def _expect(self, kinds: tuple[T, ...], timeout_s: float, what: str) -> Event:
         """The answer to `what`; audio and flush acks that overtake it (they come on other

@@ -5,7 +5,8 @@
 # CPython 3.12 on x86_64. benchmarks/run_gpu_suite.sh installs them from there with --no-index.
 # What the benchmark paths import, voice cloning included: librosa (resampling, mel filters) and
 # the pure-Python packages it needs that the image lacks (it has numba, scipy, scikit-learn); the
-# gateway's HTTP face (starlette, uvicorn, websockets) and httpx for bench_http_vs_grpc.py.
+# gateway's HTTP face (starlette, uvicorn, websockets), the gateway's event loop (uvloop) and httpx for
+# bench_http_vs_grpc.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -19,5 +20,5 @@ common=(--only-binary=:all: --no-deps --dest .whl --python-version 3.12 --implem
   "pytest-timeout==2.4.0" "pytest>=8" "pluggy>=1.5" "iniconfig" "packaging" \
   "librosa>=0.10" "audioread" "pooch" "decorator" "lazy_loader" "msgpack" "platformdirs" \
   "starlette>=0.40" "uvicorn>=0.30" "websockets>=13" "python-multipart>=0.0.9" "click" "h11" "anyio" "sniffio" \
-  "idna" "typing_extensions" "httpx>=0.27" "httpcore" "certifi"
+  "idna" "typing_extensions" "httpx>=0.27" "httpcore" "certifi" "uvloop>=0.19"
 du -sh .whl && ls .whl

@@ -1,0 +1,75 @@
+"""ZeroMQ sends and receives on an asyncio loop without a future per message when none is needed.
+
+pyzmq's asyncio socket makes a future and schedules loop callbacks for every send and receive,
+even when the message goes (or is there) at once. In a gateway process that was about an eighth of
+its CPU in a wave of word-by-word calls (py-spy, benchmarks/probe_gateway_starts.py), CPU that the
+calls' start messages wait behind. Both helpers try the non-blocking call on a shadow of the same
+socket first and fall back to the awaited one; ZeroMQ delivers a multipart message whole, so a
+non-blocking send either takes every part or none.
+
+ZeroMQ's file descriptor is edge-triggered: any operation on the socket may take in messages that
+arrived meanwhile without the descriptor firing again. pyzmq re-checks the socket after each of its
+own operations; after one of ours the awaited receive on the same socket would otherwise sleep until
+the next message (a heartbeat, a second later: the first version of this hung start messages so).
+So each quick operation asks pyzmq to re-check (`_schedule_remaining_events`, a private method of
+pyzmq's asyncio socket since 17); with a pyzmq without it the helpers always await.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import zmq
+import zmq.asyncio
+
+# messages handled in one loop turn before the reader yields to the rest of the loop
+MAX_BATCH = 64
+
+
+class QuickSender:
+    """Sends on one asyncio socket, in order: at once when the socket takes the message, else
+    awaited (and every later send waits behind it, so none overtakes a message still waiting)."""
+
+    def __init__(self, sock: zmq.asyncio.Socket) -> None:
+        self.sock = sock
+        self.now = zmq.Socket.shadow(sock.underlying)
+        self.recheck = recheck_of(sock)
+        self.num_waiting = 0
+
+    async def send_multipart(self, frames: Sequence, copy: bool = False) -> None:
+        if not self.num_waiting and self.recheck is not None:
+            try:
+                self.now.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+            except zmq.Again:
+                pass
+            else:
+                self.recheck()
+                return
+        self.num_waiting += 1
+        try:
+            await self.sock.send_multipart(frames, copy=copy)
+        finally:
+            self.num_waiting -= 1
+
+
+async def receive_batch(sock: zmq.asyncio.Socket, now: zmq.Socket, handle: Callable[[list], None],
+                        max_batch: int = MAX_BATCH) -> None:
+    """One awaited multipart message on `sock`, then up to `max_batch` - 1 more that are already
+    there (read on `now`, a shadow of `sock`), each passed to `handle` in arrival order."""
+    handle(await sock.recv_multipart(copy=False))
+    recheck = recheck_of(sock)
+    if recheck is None:
+        return
+    try:
+        for _ in range(max_batch - 1):
+            try:
+                frames = now.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            handle(frames)
+    finally:
+        recheck()
+
+
+def recheck_of(sock: zmq.asyncio.Socket) -> Callable[[], None] | None:
+    """pyzmq's re-check of an asyncio socket's pending operations, or None where it has none."""
+    return getattr(sock, "_schedule_remaining_events", None)
