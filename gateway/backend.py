@@ -37,7 +37,7 @@ from protos import wire
 from protos.tts.internal.v1 import common_pb2
 from service_common.discovery import PeerDirectory, ResolveFn, is_ipv6_endpoint, system_resolve
 from service_common.startup import bind_zmq
-from service_common.zmq_quick import QuickSender, receive_batch
+from service_common.zmq_quick import QuickSocket
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +68,10 @@ class TalkerPeer:
     num_streams: int = 0          # this gateway's live requests on the talker
     task: asyncio.Task | None = None   # its receive loop and link watch
     monitor: zmq.asyncio.Socket | None = None   # PAIR receiving the DEALER's connect/disconnect events
-    sender: QuickSender | None = None   # sends on `sock` without a future when it takes them at once
+    quick: QuickSocket = field(init=False)   # `sock` without a future per message when it is ready
 
     def __post_init__(self) -> None:
-        if self.sender is None:
-            self.sender = QuickSender(self.sock)
+        self.quick = QuickSocket(self.sock)
 
     @property
     def name(self) -> str:
@@ -118,10 +117,10 @@ class Backend:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.peer_timeout_s = peer_timeout_ms / 1e3
         self.pull = self.context.socket(zmq.PULL)
-        self.pull_now = zmq.Socket.shadow(self.pull.underlying)   # for messages already there
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.RCVHWM, SNDHWM)
         bind_zmq(self.pull, audio_bind, "gateway audio bind endpoint")
+        self.pull_quick = QuickSocket(self.pull)
         self.reply_to = audio_advertise or self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.directory = PeerDirectory(talkers, resolve_interval_s, resolve)
         self.talkers = [self._connect(endpoint) for endpoint in self.directory.take_changes({}).joined]
@@ -194,7 +193,7 @@ class Backend:
 
     # ---- sending -------------------------------------------------------------------------
     async def send(self, talker: TalkerPeer, msg_type: wire.MessageType, header, array=None) -> None:
-        await talker.sender.send_multipart(wire.encode(msg_type, header, array), copy=False)
+        await talker.quick.send_multipart(wire.encode(msg_type, header, array), copy=False)
 
     def open_mailbox(self, request_id: str, talker: TalkerPeer | None) -> Mailbox:
         box = Mailbox(request_id, talker)
@@ -260,7 +259,7 @@ class Backend:
 
     async def _receive_audio(self) -> None:
         while True:
-            await receive_batch(self.pull, self.pull_now, self.audio.on_message)
+            await self.pull_quick.receive_batch(self.audio.on_message)
 
     async def _serve_talker(self, talker: TalkerPeer) -> None:
         await asyncio.gather(self._receive_talker(talker), self._watch_link(talker))
@@ -287,7 +286,7 @@ class Backend:
 
     async def _receive_talker(self, talker: TalkerPeer) -> None:
         while True:
-            await receive_batch(talker.sock, talker.sender.now, lambda frames: self._on_talker_message(talker, frames))
+            await talker.quick.receive_batch(lambda frames: self._on_talker_message(talker, frames))
 
     def _on_talker_message(self, talker: TalkerPeer, frames: list) -> None:
         try:

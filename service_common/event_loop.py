@@ -3,9 +3,9 @@
 A gateway process spends most of its CPU in the event loop's own machinery (gRPC's completion
 callbacks, futures, epoll), about 0.15 ms a message on the standard loop; a wave of calls waits in
 that loop for its start messages (benchmarks/results/2026-11-28-gapless7-h200.md). uvloop runs the
-same asyncio programs on libuv with that machinery in C. `auto` takes it when it is installed (the
-`uvloop` extra, in the container images) and the standard loop otherwise, so a plain install still
-runs; `uvloop` insists (a missing package is a startup error naming it); `asyncio` opts out.
+same asyncio programs on libuv with that machinery in C. `auto` takes it when it is installed (a
+dependency of the package off Windows) and the standard loop otherwise, so an install without it
+still runs; `uvloop` insists (a missing package is a startup error naming it); `asyncio` opts out.
 """
 from __future__ import annotations
 
@@ -28,14 +28,9 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         if choice == "uvloop":
             raise RuntimeError("event loop 'uvloop' asked for, but the uvloop package is not installed "
-                               "(pip install 'qwen3-tts-serve[uvloop]', or choose auto or asyncio)") from None
+                               "(pip install uvloop, or choose auto or asyncio)") from None
         return None
     return uvloop.new_event_loop
-
-
-def loop_name(choice: str) -> str:
-    """The loop `choice` resolves to here: 'uvloop' or 'asyncio' (for the startup log)."""
-    return "asyncio" if loop_factory(choice) is None else "uvloop"
 
 
 def run(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:

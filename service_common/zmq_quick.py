@@ -3,8 +3,8 @@
 pyzmq's asyncio socket makes a future and schedules loop callbacks for every send and receive,
 even when the message goes (or is there) at once. In a gateway process that was about an eighth of
 its CPU in a wave of word-by-word calls (py-spy, benchmarks/probe_gateway_starts.py), CPU that the
-calls' start messages wait behind. Both helpers try the non-blocking call on a shadow of the same
-socket first and fall back to the awaited one; ZeroMQ delivers a multipart message whole, so a
+calls' start messages wait behind. `QuickSocket` tries the non-blocking call on a shadow of the
+same socket first and fall back to the awaited one; ZeroMQ delivers a multipart message whole, so a
 non-blocking send either takes every part or none.
 
 ZeroMQ's file descriptor is edge-triggered: any operation on the socket may take in messages that
@@ -12,7 +12,7 @@ arrived meanwhile without the descriptor firing again. pyzmq re-checks the socke
 own operations; after one of ours the awaited receive on the same socket would otherwise sleep until
 the next message (a heartbeat, a second later: the first version of this hung start messages so).
 So each quick operation asks pyzmq to re-check (`_schedule_remaining_events`, a private method of
-pyzmq's asyncio socket since 17); with a pyzmq without it the helpers always await.
+pyzmq's asyncio socket since 17); with a pyzmq without it every operation is awaited.
 """
 from __future__ import annotations
 
@@ -25,14 +25,16 @@ import zmq.asyncio
 MAX_BATCH = 64
 
 
-class QuickSender:
-    """Sends on one asyncio socket, in order: at once when the socket takes the message, else
-    awaited (and every later send waits behind it, so none overtakes a message still waiting)."""
+class QuickSocket:
+    """One asyncio socket's quick paths. Sends go in order: at once when the socket takes the
+    message, else awaited (and every later send waits behind it, so none overtakes a message still
+    waiting). Receives take one awaited message and then what is already there."""
 
     def __init__(self, sock: zmq.asyncio.Socket) -> None:
         self.sock = sock
-        self.now = zmq.Socket.shadow(sock.underlying)
-        self.recheck = recheck_of(sock)
+        self.now = zmq.Socket.shadow(sock.underlying)   # the same socket, without futures
+        # pyzmq's re-check of the socket's awaited operations, or None where it has none
+        self.recheck: Callable[[], None] | None = getattr(sock, "_schedule_remaining_events", None)
         self.num_waiting = 0
 
     async def send_multipart(self, frames: Sequence, copy: bool = False) -> None:
@@ -50,26 +52,18 @@ class QuickSender:
         finally:
             self.num_waiting -= 1
 
-
-async def receive_batch(sock: zmq.asyncio.Socket, now: zmq.Socket, handle: Callable[[list], None],
-                        max_batch: int = MAX_BATCH) -> None:
-    """One awaited multipart message on `sock`, then up to `max_batch` - 1 more that are already
-    there (read on `now`, a shadow of `sock`), each passed to `handle` in arrival order."""
-    handle(await sock.recv_multipart(copy=False))
-    recheck = recheck_of(sock)
-    if recheck is None:
-        return
-    try:
-        for _ in range(max_batch - 1):
-            try:
-                frames = now.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            handle(frames)
-    finally:
-        recheck()
-
-
-def recheck_of(sock: zmq.asyncio.Socket) -> Callable[[], None] | None:
-    """pyzmq's re-check of an asyncio socket's pending operations, or None where it has none."""
-    return getattr(sock, "_schedule_remaining_events", None)
+    async def receive_batch(self, handle: Callable[[list], None], max_batch: int = MAX_BATCH) -> None:
+        """One awaited multipart message, then up to `max_batch` - 1 more that are already there,
+        each passed to `handle` in arrival order."""
+        handle(await self.sock.recv_multipart(copy=False))
+        if self.recheck is None:
+            return
+        try:
+            for _ in range(max_batch - 1):
+                try:
+                    frames = self.now.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    return
+                handle(frames)
+        finally:
+            self.recheck()

@@ -22,8 +22,8 @@ def test_asyncio_runs_the_standard_loop():
 
 
 def test_auto_takes_uvloop_when_installed():
-    pytest.importorskip("uvloop")   # a dependency on Linux and macOS (pyproject.toml)
-    assert event_loop.loop_name("auto") == "uvloop"
+    uvloop = pytest.importorskip("uvloop")   # a dependency on Linux and macOS (pyproject.toml)
+    assert event_loop.loop_factory("auto") is uvloop.new_event_loop
     assert event_loop.run(_loop_module(), "auto") == "uvloop"
 
 

@@ -7,7 +7,7 @@ import asyncio
 import zmq
 import zmq.asyncio
 
-from service_common.zmq_quick import QuickSender, receive_batch
+from service_common.zmq_quick import QuickSocket
 
 WAIT_S = 5.0
 
@@ -25,7 +25,7 @@ def test_quick_sends_arrive_whole_and_in_order():
     async def main():
         ctx = zmq.asyncio.Context()
         router, dealer = _pair(ctx, "order")
-        sender = QuickSender(dealer)
+        sender = QuickSocket(dealer)
         for i in range(200):
             await sender.send_multipart([b"msg", str(i).encode()])
         got = [await asyncio.wait_for(router.recv_multipart(), WAIT_S) for _ in range(200)]
@@ -43,7 +43,7 @@ def test_a_quick_send_does_not_put_an_awaited_receive_to_sleep():
     async def main():
         ctx = zmq.asyncio.Context()
         router, dealer = _pair(ctx, "edge")
-        sender = QuickSender(dealer)
+        sender = QuickSocket(dealer)
         await sender.send_multipart([b"hello"])
         await asyncio.wait_for(router.recv_multipart(), WAIT_S)
         receiving = dealer.recv_multipart()     # a future: the receive is under way
@@ -67,14 +67,14 @@ def test_receive_batch_takes_what_is_there_in_order_up_to_its_bound():
         push.connect("inproc://batch")
         for i in range(10):
             push.send(str(i).encode())
-        now = zmq.Socket.shadow(pull.underlying)
+        quick = QuickSocket(pull)
         got: list[list[bytes]] = []
         handle = lambda frames: got.append([f.bytes for f in frames])   # noqa: E731
-        await asyncio.wait_for(receive_batch(pull, now, handle, max_batch=4), WAIT_S)
+        await asyncio.wait_for(quick.receive_batch(handle, max_batch=4), WAIT_S)
         first = len(got)
         while len(got) < 10:
-            await asyncio.wait_for(receive_batch(pull, now, handle, max_batch=4), WAIT_S)
-        waiting = asyncio.get_running_loop().create_task(receive_batch(pull, now, handle, max_batch=4))
+            await asyncio.wait_for(quick.receive_batch(handle, max_batch=4), WAIT_S)
+        waiting = asyncio.get_running_loop().create_task(quick.receive_batch(handle, max_batch=4))
         await asyncio.sleep(0.05)
         push.send(b"late")                      # an awaited batch still wakes for a new message
         await asyncio.wait_for(waiting, WAIT_S)
