@@ -6,8 +6,8 @@ decoder is a cost model (a launch cost plus a cost per padded row-frame of the (
 it would replay). The talker is a model of the real one: decode steps of `a + b x batch` ms that
 give every running stream one frame, prefills of up to 32 arrivals between decode steps (their
 first frame comes with the prefill), each only while the vocoder has a free slot for it (the real
-admission), optionally gathered (`--gather-ms`: talker_service/engine/prefill_gather.py, the real
-rule). The two share the GPU by time-slicing: while both have work, each runs at half speed (a
+admission), gathered as the service does by default (`--gather-ms`, 0: off;
+talker_service/engine/prefill_gather.py, the real rule). The two share the GPU by time-slicing: while both have work, each runs at half speed (a
 vocoder step of W ms of GPU work takes 2 W ms of wall time and delays the talker by W).
 
 Clients are a closed loop (each of `concurrency` workers starts a new stream when its last ended,
@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service_common.frame_budget import FRAME_RATE_HZ  # noqa: E402
 from service_common.playback import PlaybackClock, stall_report  # noqa: E402
+from talker_service.engine.config import EngineConfig as TalkerEngineConfig  # noqa: E402
 from talker_service.engine.prefill_gather import PrefillGather  # noqa: E402
 from vocoder_service.engine.chunk_policy import ChunkPolicy  # noqa: E402
 from vocoder_service.engine.config import VocoderEngineConfig  # noqa: E402
@@ -285,9 +286,11 @@ def main() -> None:
     ap.add_argument("--prefill-per-row-ms", type=float, default=Costs.prefill_per_row_ms)
     ap.add_argument("--poisson-load", type=float, default=0.0,
                     help="> 0: after the closed loop, open-loop Poisson arrivals at this x its rate (as bench_e2e)")
-    ap.add_argument("--gather-ms", type=float, default=0.0, help="> 0: the talker's prefill gathering (Poisson run)")
-    ap.add_argument("--gather-batch", type=int, default=8)
-    ap.add_argument("--gather-min-decoding", type=int, default=64)
+    talker = TalkerEngineConfig()   # the service's gathering defaults (on since 2026-11-28)
+    ap.add_argument("--gather-ms", type=float, default=talker.prefill_gather_ms,
+                    help="the talker's prefill gathering, as the service's --prefill-gather-ms; 0: off")
+    ap.add_argument("--gather-batch", type=int, default=talker.prefill_gather_batch)
+    ap.add_argument("--gather-min-decoding", type=int, default=talker.prefill_gather_min_decoding)
     ap.add_argument("--vocoder-slots", type=int, default=0, help="the vocoder's streams (0: the talker's 256)")
     args = ap.parse_args()
     costs = Costs(vocoder_row_frame_us=args.vocoder_row_frame_us, vocoder_frame_ms=args.vocoder_frame_ms,
