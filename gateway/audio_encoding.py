@@ -30,8 +30,13 @@ _UNKNOWN_SIZE = 0xFFFFFFFF
 _WRAPPING_ENCODINGS = (E.AUDIO_ENCODING_MULAW, E.AUDIO_ENCODING_OGG_OPUS)
 
 
-def pcm16_bytes(pcm: np.ndarray) -> bytes:
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+def pcm16_bytes(pcm: np.ndarray, is_in_range: bool = False) -> bytes:
+    """Little-endian 16-bit samples of float `pcm`. `is_in_range`: every sample is known to be finite
+    and inside (-1, 1) (a checked chunk with no clipped sample), so the clamp, a pass over the samples
+    that cost as much as the rest of the conversion, is left out."""
+    if not is_in_range:
+        pcm = np.clip(pcm, -1.0, 1.0)
+    return (pcm * 32767.0).round().astype("<i2").tobytes()
 
 
 def streaming_wav_header(sample_rate_hz: int) -> bytes:
@@ -127,16 +132,16 @@ class StreamEncoder:
             pcm = self._resampler.resample_chunk(pcm, last=is_last)
         return self._stretch(pcm)
 
-    def _encode(self, pcm: np.ndarray, is_last: bool) -> Encoded:
+    def _encode(self, pcm: np.ndarray, is_last: bool, is_in_range: bool = False) -> Encoded:
         enc = self.encoding
         if enc in (E.AUDIO_ENCODING_PCM16, E.AUDIO_ENCODING_UNSPECIFIED):
-            return Encoded(pcm16_bytes(pcm), pcm.size)
+            return Encoded(pcm16_bytes(pcm, is_in_range), pcm.size)
         if enc == E.AUDIO_ENCODING_FLOAT32:
             return Encoded(pcm.astype("<f4").tobytes(), pcm.size)
         if enc == E.AUDIO_ENCODING_WAV:
             header = b"" if self._is_header_sent else streaming_wav_header(self.out_rate_hz)
             self._is_header_sent = True
-            return Encoded(header + pcm16_bytes(pcm), pcm.size)
+            return Encoded(header + pcm16_bytes(pcm, is_in_range), pcm.size)
         if enc == E.AUDIO_ENCODING_MULAW:
             out = io.BytesIO()
             if pcm.size:
@@ -174,7 +179,8 @@ class StreamEncoder:
             faults = SampleFaults(faults.num_nonfinite, clipped)
         if faults.num_clipped and self.encoding in _WRAPPING_ENCODINGS:
             converted = np.clip(converted, -1.0, 1.0)
-        encoded = self._encode(converted, is_last)
+        # no sample at or past full scale (the faults count them) and none non-finite (sent as 0)
+        encoded = self._encode(converted, is_last, is_in_range=not faults.num_clipped)
         encoded.faults = faults
         return encoded
 

@@ -22,7 +22,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.model_info import NATIVE_SAMPLE_RATE_HZ, ModelInfo
 from gateway.reference_audio import decode_reference_audio
 from gateway.resolve import Resolver
-from gateway.session import Session, new_request_id
+from gateway.session import Session, check_size, new_request_id
 from gateway.text_tokenizer import TextTokenizer
 from gateway.unary_limit import check_unary_audio
 from gateway.voices import VOICE_ID, VoiceRecord, VoiceRegistry
@@ -65,11 +65,6 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             self.num_active -= 1
             self.metrics.active_streams.set(self.num_active)
 
-    def _check_size(self, msg, field: str) -> None:
-        if msg.ByteSize() > self.config.max_message_bytes:
-            raise InvalidArgument(field, f"message of {msg.ByteSize()} bytes is over the limit of "
-                                  f"{self.config.max_message_bytes} bytes")
-
     async def _resolve(self, cfg: config_pb2.SynthesisConfig, is_unary: bool):
         """The config checked and resolved: in this loop when that is quick (cheaper than a loop turn
         for a thread's answer under load), else in a thread so the loop keeps serving."""
@@ -85,7 +80,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         deadline_unix_ms = int((time.time() + remaining_s) * 1e3) if remaining_s is not None else 0
         return Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
                        new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
-                       self.metrics.count_audio_faults, entered_s)
+                       self.metrics.count_audio_faults, entered_s, self.config.max_message_bytes)
 
     async def _fail(self, context, exc: RequestError, request_id: str = "-") -> None:
         self.metrics.errors.labels(exc.code.name).inc()
@@ -133,18 +128,17 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 first = await messages.__anext__()
             except StopAsyncIteration:
                 raise InvalidArgument("config", "no messages: the first message must be a config") from None
-            self._check_size(first, "config")
+            check_size(first, self.config.max_message_bytes)
             if first.WhichOneof("request") != "config":
                 raise InvalidArgument("config", f"the first message must be a config, got "
                                       f"{first.WhichOneof('request') or 'an empty message'}")
             resolved = await self._resolve(first.config, False)
             session = scope.session = self._session(resolved, context, entered_s)
-            checked = self._sized(messages)
             logger.info("request %s: stream on talker %s (%s, %s)", session.request_id, session.talker.peer_id,
                         resolved.voice_field, config_pb2.TextMode.Name(resolved.text_mode))
             await session.encode_clone()
             if resolved.text_mode == config_pb2.TEXT_MODE_NON_STREAMING:
-                text = await session.collect_text(checked)
+                text = await session.collect_text(messages)
                 ids = self.tokenizer.target_ids(text)
                 session.text.num_tokens = len(ids)
                 await session.start(ids, True)
@@ -154,18 +148,13 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 # load the round trip was a talker step and two gateway loop turns of first audio
                 # that the server's TTFA clock (from the first text read) did not see
                 await session.send_start([], False)
-                session.reader = asyncio.get_running_loop().create_task(session.read_client(checked))
+                session.reader = asyncio.get_running_loop().create_task(session.read_client(messages))
                 await session.started()
                 yield tts_pb2.StreamSynthesizeResponse(start=resolved.start_message(session.request_id))
             async for response in session.responses():
                 if response.HasField("summary"):
                     self._observe(response.summary, session.chunk_lateness_s)
                 yield response
-
-    async def _sized(self, messages):
-        async for msg in messages:
-            self._check_size(msg, msg.WhichOneof("request") or "request")
-            yield msg
 
     # ---- Synthesize ----------------------------------------------------------------------
     async def Synthesize(self, request: tts_pb2.SynthesizeRequest, context) -> tts_pb2.SynthesizeResponse:

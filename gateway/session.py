@@ -41,9 +41,20 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def _after_config(msg: tts_pb2.StreamSynthesizeRequest) -> str:
+def check_size(msg, max_message_bytes: int) -> None:
+    """InvalidArgument, naming the message's field, for a client message over the size limit."""
+    num_bytes = msg.ByteSize()
+    if num_bytes > max_message_bytes:
+        raise InvalidArgument(msg.WhichOneof("request") or "request", f"message of {num_bytes} bytes is over the "
+                              f"limit of {max_message_bytes} bytes")
+
+
+def _after_config(msg: tts_pb2.StreamSynthesizeRequest, max_message_bytes: int) -> str:
     """What a client message after the config is: "text", "flush" or "end"; InvalidArgument for a
-    second config or an empty message."""
+    message over the size limit, a second config or an empty message. (Checked here, in the
+    reader's own loop, rather than by one more async generator around the client's stream: a layer
+    of those costs every streamed word a loop of its own.)"""
+    check_size(msg, max_message_bytes)
     kind = msg.WhichOneof("request")
     if kind == "config":
         raise InvalidArgument("config", "repeated config: it must be sent once, first")
@@ -65,13 +76,15 @@ class Session:
                  max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
                  idle_timeout_s: float, encoder: StreamEncoder | None = None,
                  on_audio_faults: Callable[[str, int, SampleFaults, int], None] | None = None,
-                 entered_s: float | None = None) -> None:
+                 entered_s: float | None = None, max_message_bytes: int = 16 << 20) -> None:
         """`on_audio_faults(request_id, seq, faults, num_samples)`: a chunk had NaN/inf samples (found by
         the vocoder or the encoder, sent as 0) or samples at or past full scale (GatewayMetrics counts them).
-        `entered_s`: the call's arrival at the gateway (monotonic), for the summary's admit_ms."""
+        `entered_s`: the call's arrival at the gateway (monotonic), for the summary's admit_ms.
+        `max_message_bytes`: the limit on each client message after the config (INVALID_ARGUMENT)."""
         self.backend, self.resolved, self.talker = backend, resolved, talker
         self.request_id = request_id
         self.max_text_chars = max_text_chars
+        self.max_message_bytes = max_message_bytes
         self.deadline_unix_ms = deadline_unix_ms
         self.ack_timeout_s, self.idle_timeout_s = ack_timeout_s, idle_timeout_s
         self.text = IncrementalTokenizer(tokenizer)
@@ -203,7 +216,7 @@ class Session:
         """Reader task (streaming text mode): client text -> TEXT messages, then END."""
         try:
             async for msg in messages:
-                kind = _after_config(msg)
+                kind = _after_config(msg, self.max_message_bytes)
                 if kind == "text":
                     self._note_text(msg.text)
                     await self.send_text(self.text.feed(msg.text))
@@ -229,7 +242,7 @@ class Session:
         parts: list[str] = []
         acks: list[tts_pb2.FlushAck] = []
         async for msg in messages:
-            kind = _after_config(msg)
+            kind = _after_config(msg, self.max_message_bytes)
             if kind == "text":
                 self._note_text(msg.text)
                 self.text.num_chars += len(msg.text)

@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from checkpoint.files import resolve_model_dir
-from gateway.audio_encoding import StreamEncoder, streaming_wav_header
+from gateway.audio_encoding import StreamEncoder, pcm16_bytes, streaming_wav_header
 from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from protos.tts.v1 import config_pb2 as C
 
@@ -50,6 +50,42 @@ def test_a_trailing_partial_word_is_held_back(tokenizers_pair):
     first = inc.feed("Hello wor")
     assert first == ours.target_ids("Hello") and inc.pending == " wor"
     assert inc.feed("ld ") == ours.encode(" world")
+
+
+class _CountingTokenizer:
+    """A `tokenizers.Tokenizer` stand-in that counts the calls into the real one."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.calls = tokenizer, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.tokenizer, name)
+        if callable(attr):
+            def counted(*args, **kwargs):
+                self.calls.append(name)
+                return attr(*args, **kwargs)
+            return counted
+        return attr
+
+
+def test_a_streamed_word_costs_one_call_into_the_tokenizer(tokenizers_pair):
+    ours, _ = tokenizers_pair
+    counting = TextTokenizer(ours.tokenizer)
+    counting.tokenizer = _CountingTokenizer(ours.tokenizer)
+    counting._split = _CountingTokenizer(ours._split)   # the pre-tokenizer alone is a second call
+    inc, ids = IncrementalTokenizer(counting), []
+    words = "The quick brown fox jumps over the lazy dog.".split(" ")
+    for word in [w + " " for w in words[:-1]] + [words[-1]]:
+        ids += inc.feed(word)
+    assert len(counting.tokenizer.calls) + len(counting._split.calls) == len(words)
+    assert ids + inc.flush() == ours.target_ids(" ".join(words))
+
+
+def test_pcm16_leaves_out_the_clamp_only_for_samples_known_in_range():
+    pcm = np.concatenate([tone(4000), np.float32([0.99999, -0.99999, 0.0])])
+    assert pcm16_bytes(pcm, is_in_range=True) == pcm16_bytes(pcm)
+    loud = np.float32([1.0, -1.0, 1.5, -3.0])
+    assert np.frombuffer(pcm16_bytes(loud), "<i2").tolist() == [32767, -32767, 32767, -32767]
 
 
 def tone(n: int = 24000) -> np.ndarray:
