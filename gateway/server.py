@@ -85,6 +85,7 @@ class GatewayServer:
                                   config.reuse_port)
             self.http_port = self.http.bind()   # before gRPC starts, as the metrics port
         await self.server.start()
+        self.servicer.loop_lag.start()
         self.backend.start()
         if self.http is not None:
             await self.http.start()
@@ -119,5 +120,6 @@ class GatewayServer:
             await asyncio.sleep(0.01)
         if self.http is not None:
             await self.http.stop()
+        self.servicer.loop_lag.stop()
         await self.backend.stop()
         logger.info("gateway stopped")
