@@ -195,10 +195,6 @@ class Backend:
     async def send(self, talker: TalkerPeer, msg_type: wire.MessageType, header, array=None) -> None:
         await talker.quick.send_multipart(wire.encode(msg_type, header, array), copy=False)
 
-    def send_soon(self, talker: TalkerPeer, msg_type: wire.MessageType, header, array=None) -> None:
-        """`send` without waiting for it, in order with every other send to this talker."""
-        talker.quick.send_soon(wire.encode(msg_type, header, array), copy=False)
-
     def open_mailbox(self, request_id: str, talker: TalkerPeer | None) -> Mailbox:
         box = Mailbox(request_id, talker)
         self.mailboxes[request_id] = box

@@ -54,14 +54,6 @@ class GatewayConfig:
     ack_timeout_s: float = 10.0          # Start sent -> Ack; beyond: UNAVAILABLE
     audio_idle_timeout_s: float = 60.0   # no audio and no progress this long -> DEADLINE_EXCEEDED
     drain_grace_s: float = 10.0          # on SIGTERM: live streams get this long to finish
-    # Streamed text under load (gateway/session.py): while this process's event loop runs at least
-    # text_batch_min_lag_ms behind its timers (gateway/loop_lag.py), a call's text read within
-    # text_batch_ms of its last TEXT waits for the rest of that window and goes as one TEXT (its
-    # first text and any flush or end go at once). A word-by-word call is one TEXT a word otherwise:
-    # tokenizing and sending each, and the talker reading each between its steps, are what a wave of
-    # arriving calls queues behind. 0 ms: every text at once.
-    text_batch_ms: float = 40.0
-    text_batch_min_lag_ms: float = 5.0
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -73,9 +65,6 @@ class GatewayConfig:
             raise ValueError(f"resolve_interval_s must be > 0, got {self.resolve_interval_s}")
         if not 0 < self.min_reference_audio_s <= self.max_reference_audio_s:
             raise ValueError("need 0 < min_reference_audio_s <= max_reference_audio_s")
-        if self.text_batch_ms < 0 or self.text_batch_min_lag_ms < 0:
-            raise ValueError(f"text_batch_ms and text_batch_min_lag_ms must be >= 0, got {self.text_batch_ms} "
-                             f"and {self.text_batch_min_lag_ms}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.worker_index < 0:

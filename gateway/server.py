@@ -85,7 +85,6 @@ class GatewayServer:
                                   config.reuse_port)
             self.http_port = self.http.bind()   # before gRPC starts, as the metrics port
         await self.server.start()
-        self.servicer.loop_lag.start()
         self.backend.start()
         if self.http is not None:
             await self.http.start()
@@ -120,6 +119,5 @@ class GatewayServer:
             await asyncio.sleep(0.01)
         if self.http is not None:
             await self.http.stop()
-        self.servicer.loop_lag.stop()
         await self.backend.stop()
         logger.info("gateway stopped")

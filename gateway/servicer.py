@@ -18,7 +18,6 @@ from gateway.audio_encoding import StreamEncoder, whole_file
 from gateway.backend import Backend
 from gateway.config import GatewayConfig
 from gateway.errors import InvalidArgument, RequestError
-from gateway.loop_lag import LoopLag
 from gateway.metrics import GatewayMetrics
 from gateway.model_info import NATIVE_SAMPLE_RATE_HZ, ModelInfo
 from gateway.reference_audio import decode_reference_audio
@@ -47,7 +46,6 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         self.resolver = Resolver(model, tokenizer, voices, config.min_reference_audio_s, config.max_reference_audio_s)
         self.num_active = 0
         self.is_draining = False
-        self.loop_lag = LoopLag()   # started by the server once its loop runs
 
     # ---- shared pieces -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -82,12 +80,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         deadline_unix_ms = int((time.time() + remaining_s) * 1e3) if remaining_s is not None else 0
         return Session(self.backend, self.tokenizer, resolved, talker, self.config.max_text_chars, deadline_unix_ms,
                        new_request_id(), self.config.ack_timeout_s, self.config.audio_idle_timeout_s, encoder,
-                       self.metrics.count_audio_faults, entered_s, self.config.max_message_bytes,
-                       self.config.text_batch_ms / 1e3, self._is_busy)
-
-    def _is_busy(self) -> bool:
-        """This process's loop runs far enough behind that streamed text is batched (GatewayConfig.text_batch_ms)."""
-        return self.loop_lag.lag_s * 1e3 >= self.config.text_batch_min_lag_ms
+                       self.metrics.count_audio_faults, entered_s, self.config.max_message_bytes)
 
     async def _fail(self, context, exc: RequestError, request_id: str = "-") -> None:
         self.metrics.errors.labels(exc.code.name).inc()

@@ -76,15 +76,11 @@ class Session:
                  max_text_chars: int, deadline_unix_ms: int, request_id: str, ack_timeout_s: float,
                  idle_timeout_s: float, encoder: StreamEncoder | None = None,
                  on_audio_faults: Callable[[str, int, SampleFaults, int], None] | None = None,
-                 entered_s: float | None = None, max_message_bytes: int = 16 << 20,
-                 text_batch_s: float = 0.0, is_busy: Callable[[], bool] | None = None) -> None:
+                 entered_s: float | None = None, max_message_bytes: int = 16 << 20) -> None:
         """`on_audio_faults(request_id, seq, faults, num_samples)`: a chunk had NaN/inf samples (found by
         the vocoder or the encoder, sent as 0) or samples at or past full scale (GatewayMetrics counts them).
         `entered_s`: the call's arrival at the gateway (monotonic), for the summary's admit_ms.
-        `max_message_bytes`: the limit on each client message after the config (INVALID_ARGUMENT).
-        `text_batch_s`, `is_busy`: while `is_busy()`, streamed text read within `text_batch_s` of the
-        call's last TEXT waits for the end of that window and goes with the rest of it as one TEXT
-        (GatewayConfig.text_batch_ms); 0: every text message is tokenized and sent as it comes."""
+        `max_message_bytes`: the limit on each client message after the config (INVALID_ARGUMENT)."""
         self.backend, self.resolved, self.talker = backend, resolved, talker
         self.request_id = request_id
         self.max_text_chars = max_text_chars
@@ -111,11 +107,6 @@ class Session:
         self.chunk_lateness_s: list[float] = []
         self.reader: asyncio.Task | None = None
         self.early: list[Event] = []
-        self.text_batch_s = text_batch_s
-        self.is_busy = is_busy or (lambda: False)
-        self.unsent_text = ""                    # read from the client, not yet tokenized (batched)
-        self.last_text_s: float | None = None    # when text was last tokenized and sent
-        self.text_timer: asyncio.TimerHandle | None = None
 
     # ---- talker side ---------------------------------------------------------------------
     async def _send(self, msg_type: T, header, array=None) -> None:
@@ -201,42 +192,11 @@ class Session:
                                "other healthy talker with a vocoder is reachable")
         self.talker = talker
 
-    def send_text(self, ids: list[int]) -> None:
-        """TEXT to the talker without waiting for the send: in order with START before it and END
-        after it (one socket, sends queued in call order), whether the reader or the batch timer
-        sends it."""
+    async def send_text(self, ids: list[int]) -> None:
         if ids:
-            self.backend.send_soon(self.talker, T.TEXT, talker_pb2.Text(
-                request_id=self.request_id, seq=self.num_text_messages, token_ids=ids))
+            await self._send(T.TEXT, talker_pb2.Text(request_id=self.request_id, seq=self.num_text_messages,
+                                                      token_ids=ids))
             self.num_text_messages += 1
-
-    def _take_text(self, delta: str) -> None:
-        """A text delta from the client: tokenized and sent now, or (batching) held until the end of
-        the window that began with the call's last TEXT; the first text of a call never waits."""
-        self.unsent_text += delta
-        if self.text_timer is not None:
-            return   # the window is open: its timer sends this too
-        if self.text_batch_s > 0 and self.last_text_s is not None and self.is_busy():
-            wait_s = self.last_text_s + self.text_batch_s - time.monotonic()
-            if wait_s > 0:
-                self.text_timer = asyncio.get_running_loop().call_later(wait_s, self._send_unsent_text)
-                return
-        self._send_unsent_text()
-
-    def _send_unsent_text(self) -> None:
-        """Tokenize and send the text held so far (the batch timer's callback, and before a flush or end)."""
-        if self.text_timer is not None:
-            self.text_timer.cancel()
-            self.text_timer = None
-        if not self.unsent_text:
-            return
-        delta, self.unsent_text = self.unsent_text, ""
-        self.last_text_s = time.monotonic()
-        try:
-            self.send_text(self.text.feed(delta))
-        except Exception as exc:   # in a timer callback nobody else would see it: the call ends with it
-            logger.exception("request %s: held text not sent", self.request_id)
-            self.box.put(Event(CLIENT_ERROR, RequestError(grpc.StatusCode.INTERNAL, f"text not sent: {exc}")))
 
     async def abort(self, code: grpc.StatusCode, message: str) -> None:
         try:
@@ -249,7 +209,7 @@ class Session:
     def _note_text(self, delta: str) -> None:
         if self.first_text_s is None and delta.strip():
             self.first_text_s = time.monotonic()
-        if self.text.num_chars + len(self.unsent_text) + len(delta) > self.max_text_chars:
+        if self.text.num_chars + len(delta) > self.max_text_chars:
             raise InvalidArgument("text", f"text is over the limit of {self.max_text_chars} characters")
 
     async def read_client(self, messages: AsyncIterator[tts_pb2.StreamSynthesizeRequest]) -> None:
@@ -259,18 +219,16 @@ class Session:
                 kind = _after_config(msg, self.max_message_bytes)
                 if kind == "text":
                     self._note_text(msg.text)
-                    self._take_text(msg.text)
+                    await self.send_text(self.text.feed(msg.text))
                 elif kind == "flush":
-                    self._send_unsent_text()
-                    self.send_text(self.text.flush())
+                    await self.send_text(self.text.flush())
                     self.box.put(Event(FLUSH_ACK, tts_pb2.FlushAck(flush_id=msg.flush.flush_id,
                                                                    num_text_tokens=self.text.num_tokens)))
                 else:
                     break
             if self.first_text_s is None:  # only whitespace (or nothing) arrived
                 raise InvalidArgument("text", "empty text at end of input: nothing to synthesize")
-            self._send_unsent_text()
-            self.send_text(self.text.flush())
+            await self.send_text(self.text.flush())
             await self._send(T.END, talker_pb2.End(request_id=self.request_id,
                                                    num_text_messages=self.num_text_messages))
         except RequestError as exc:
@@ -379,9 +337,6 @@ class Session:
     async def close(self, exc: BaseException | None) -> None:
         if self.reader is not None and not self.reader.done():
             self.reader.cancel()
-        if self.text_timer is not None:
-            self.text_timer.cancel()
-            self.text_timer = None
         if not self.is_finished:
             if isinstance(exc, RequestError):
                 code, message = exc.code, exc.message

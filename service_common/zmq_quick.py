@@ -16,13 +16,10 @@ pyzmq's asyncio socket since 17); with a pyzmq without it every operation is awa
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 
 import zmq
 import zmq.asyncio
-
-logger = logging.getLogger(__name__)
 
 # messages handled in one loop turn before the reader yields to the rest of the loop
 MAX_BATCH = 64
@@ -54,27 +51,6 @@ class QuickSocket:
             await self.sock.send_multipart(frames, copy=copy)
         finally:
             self.num_waiting -= 1
-
-    def send_soon(self, frames: Sequence, copy: bool = False) -> None:
-        """`send_multipart` for a caller that does not wait (a timer's callback): at once when the
-        socket takes the message, else queued in pyzmq behind every send still waiting (pyzmq
-        queues an asyncio socket's sends in call order, so none overtakes another); a send that
-        fails later is logged."""
-        if not self.num_waiting and self.recheck is not None:
-            try:
-                self.now.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
-            except zmq.Again:
-                pass
-            else:
-                self.recheck()
-                return
-        self.num_waiting += 1
-        self.sock.send_multipart(frames, copy=copy).add_done_callback(self._sent_later)
-
-    def _sent_later(self, future) -> None:
-        self.num_waiting -= 1
-        if not future.cancelled() and future.exception() is not None:
-            logger.warning("a queued ZeroMQ send failed: %r", future.exception())
 
     async def receive_batch(self, handle: Callable[[list], None], max_batch: int = MAX_BATCH) -> None:
         """One awaited multipart message, then up to `max_batch` - 1 more that are already there,

@@ -39,7 +39,6 @@ def tokens_from_pcm(pcm: np.ndarray) -> list[int]:
 class FakeRequest:
     start: talker_pb2.Start
     tokens: list[int] = field(default_factory=list)
-    texts: list[list[int]] = field(default_factory=list)   # each TEXT message's token ids, in arrival order
     num_pcm: int = 0
     num_samples: int = 0          # samples pushed so far (the next chunk's sample_offset)
     is_ended: bool = False
@@ -164,7 +163,6 @@ class FakeTalker:
                 req.ack_to = None
             if req is not None and req.abort is None:
                 req.tokens += header.token_ids
-                req.texts.append(list(header.token_ids))
                 self._emit(req, list(header.token_ids), False)
         elif msg_type == T.END:
             req = self.requests.get(header.request_id)
