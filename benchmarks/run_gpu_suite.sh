@@ -96,7 +96,8 @@
 #   e2e-2gpu                 the multi-GPU compose file run without Docker (talker GPU 0, two
 #                            vocoders GPU 1), e2e at E2E_2GPU_LEVELS (64,256) x E2E_2GPU_ARRIVALS
 #                            (closed) with each vocoder's share, 4 x concurrency streams a level from
-#                            GAPLESS_CLIENT_PROCS (4) client processes, Poisson at GAPLESS_POISSON_LOAD
+#                            GAPLESS_CLIENT_PROCS (4) client processes of GAPLESS_CLIENT_CHANNELS (16)
+#                            connections, Poisson at GAPLESS_POISSON_LOAD
 #                            (1.0), then vocoder-1 killed under KILL_STREAMS (128; 0: no kill)
 #                            (benchmarks/replica_kill.py)
 #   e2e-4gpu                 issue #38: deploy/compose/four-gpu.yml (talkers GPUs 0-1, vocoders 2-3) run
@@ -344,11 +345,12 @@ e2e_two_gpus() {
   local pid=$!
   if wait_ready "$ready" "$pid" 600; then
     # the gapless piece's load: 4 x concurrency streams a level from GAPLESS_CLIENT_PROCS processes
-    # (the compose gateway runs 4 workers, which take whole connections), E2E_2GPU_ARRIVALS modes
+    # of GAPLESS_CLIENT_CHANNELS (16) connections: the compose gateway runs 8 workers, which take
+    # whole connections, so 4 a process would leave some workers one or two; E2E_2GPU_ARRIVALS modes
     python3 benchmarks/bench_e2e.py --compose-ready "$ready" --concurrency "${E2E_2GPU_LEVELS:-64,256}" \
       ${E2E_STAGGER:+--stagger-starts} --arrivals "${E2E_2GPU_ARRIVALS:-closed}" --streams-factor 4 \
       --poisson-load "${GAPLESS_POISSON_LOAD:-1.0}" \
-      --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" \
+      --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-16}" \
       --out "$OUT/e2e-2gpu.json" 2>&1 | tee "$OUT/e2e-2gpu.log"
     [ "${KILL_STREAMS:-128}" = 0 ] || python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
       --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
