@@ -259,9 +259,10 @@ class Session:
         return text
 
     # ---- audio out -----------------------------------------------------------------------
-    def _audio_chunk(self, pcm, is_last: bool, seq: int = 0,
-                     upstream_faults: SampleFaults | None = None) -> tts_pb2.AudioChunk | None:
-        """`upstream_faults`: the vocoder's check of this chunk (the encoder trusts it); None: unchecked."""
+    def _audio_response(self, pcm, is_last: bool, seq: int = 0,
+                        upstream_faults: SampleFaults | None = None) -> tts_pb2.StreamSynthesizeResponse | None:
+        """The response carrying this PCM chunk's audio (None while an encoder holds it back);
+        `upstream_faults`: the vocoder's check of this chunk (the encoder trusts it); None: unchecked."""
         t0 = time.perf_counter()
         encoded = self.encoder.encode(pcm, is_last, upstream_faults)
         self.encode_ms += (time.perf_counter() - t0) * 1e3
@@ -270,9 +271,14 @@ class Session:
             self.on_audio_faults(self.request_id, seq, faults, len(pcm))
         if not encoded.audio:
             return None
-        chunk = tts_pb2.AudioChunk(audio=encoded.audio, sequence_number=self.num_chunks,
-                                   sample_offset=self.num_samples_out, num_samples=encoded.num_samples,
-                                   duration_ms=encoded.num_samples * 1e3 / self.resolved.sample_rate_hz)
+        # the response built around its chunk: a chunk made first would be copied into it, audio and all
+        response = tts_pb2.StreamSynthesizeResponse()
+        chunk = response.audio
+        chunk.audio = encoded.audio
+        chunk.sequence_number = self.num_chunks
+        chunk.sample_offset = self.num_samples_out
+        chunk.num_samples = encoded.num_samples
+        chunk.duration_ms = encoded.num_samples * 1e3 / self.resolved.sample_rate_hz
         self.num_chunks += 1
         self.num_samples_out += encoded.num_samples
         if self.first_audio_s is None:
@@ -281,7 +287,7 @@ class Session:
         lateness_s = self.playback.on_chunk(time.monotonic(), encoded.num_samples / self.resolved.sample_rate_hz)
         if not is_first:
             self.chunk_lateness_s.append(lateness_s)
-        return chunk
+        return response
 
     def _summary(self, pcm_header) -> tts_pb2.SynthesisSummary:
         gen = pcm_header.generation
@@ -323,9 +329,9 @@ class Session:
                 if header.seq == 0:
                     vocoder_first_ms = header.timings.queue_ms + header.timings.decode_ms
                 pcm = event.array if event.array is not None else _EMPTY
-                chunk = self._audio_chunk(pcm, header.is_final, header.seq, vocoder_faults(header))
-                if chunk is not None:
-                    yield tts_pb2.StreamSynthesizeResponse(audio=chunk)
+                response = self._audio_response(pcm, header.is_final, header.seq, vocoder_faults(header))
+                if response is not None:
+                    yield response
                 if header.is_final:
                     self.is_finished = True
                     summary = self._summary(header)

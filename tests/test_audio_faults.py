@@ -228,8 +228,9 @@ def test_session_counts_its_chunks_faults_in_the_metrics_and_logs_the_request(ca
     session, metrics = pcm16_session("req-7")
     with caplog.at_level(logging.WARNING, logger="gateway.metrics"):
         # the vocoder replaced 2 NaN/inf by 0 and counted 2 samples at or past full scale (the PcmBatch says so)
-        chunk = session._audio_chunk(vocoder_sent(poisoned_chunk()), False, seq=4, upstream_faults=SampleFaults(2, 2))
-        session._audio_chunk(np.full(64, 0.1, np.float32), False, seq=5, upstream_faults=SampleFaults())
+        chunk = session._audio_response(vocoder_sent(poisoned_chunk()), False, seq=4,
+                                        upstream_faults=SampleFaults(2, 2)).audio
+        session._audio_response(np.full(64, 0.1, np.float32), False, seq=5, upstream_faults=SampleFaults())
     # NaN/inf as the vocoder sent them (0), 1.5 clamped to full scale, everything else as it was
     expected = np.round(np.clip(vocoder_sent(poisoned_chunk()), -1.0, 1.0) * 32767.0).astype("<i2")
     assert expected[5] == expected[6] == 0 and expected[7] == 32767 and expected[8] == -32767
@@ -244,7 +245,7 @@ def test_session_counts_its_chunks_faults_in_the_metrics_and_logs_the_request(ca
 
 def test_session_checks_a_chunk_that_came_without_the_vocoders_counts():
     session, metrics = pcm16_session("req-8")
-    chunk = session._audio_chunk(poisoned_chunk(), False, seq=0)
+    chunk = session._audio_response(poisoned_chunk(), False, seq=0).audio
     samples = np.frombuffer(chunk.audio, "<i2")
     assert (samples[5], samples[6], samples[7], samples[8]) == (0, 0, 32767, -32767)
     value = metrics.registry.get_sample_value
