@@ -99,7 +99,10 @@
 #                            GAPLESS_CLIENT_PROCS (4) client processes of GAPLESS_CLIENT_CHANNELS (16)
 #                            connections, Poisson at GAPLESS_POISSON_LOAD
 #                            (1.0), then vocoder-1 killed under KILL_STREAMS (128; 0: no kill)
-#                            (benchmarks/replica_kill.py)
+#                            (benchmarks/replica_kill.py); E2E_2GPU_WORKERS="8 12" runs one stack per
+#                            gateway-process count instead, one after the other on this machine
+#                            (e2e-2gpu-w8.json, e2e-2gpu-w12.json; no kill; two counts a call: each
+#                            brings back three files and the device tool eight)
 #   e2e-4gpu                 issue #38: deploy/compose/four-gpu.yml (talkers GPUs 0-1, vocoders 2-3) run
 #                            without Docker: seconds to SERVING (cold caches on a fresh machine), e2e at
 #                            E2E_4GPU_LEVELS (64,256,512; 10 s utterances, staggered starts = steady
@@ -337,11 +340,25 @@ e2e_ab() {
 e2e_two_gpus() {
   # issue #13: the sweep through the compose stack (per-replica load split per level), then one
   # vocoder replica SIGKILLed under KILL_STREAMS streams (benchmarks/replica_kill.py: how its streams
-  # end, where new ones go, its restart by compose_run and its return to service)
-  local ready=/tmp/compose-ready.json work=/tmp/compose-work
+  # end, where new ones go, its restart by compose_run and its return to service).
+  # E2E_2GPU_WORKERS="8 12": one stack per gateway-process count on this machine, one after the
+  # other (e2e-2gpu-w8.json, ...; no kill), so the counts compare on one machine
+  if [ -n "${E2E_2GPU_WORKERS:-}" ]; then
+    local workers
+    for workers in $E2E_2GPU_WORKERS; do
+      echo "== gateway workers $workers" | tee -a "$OUT/e2e-2gpu.log"
+      QWEN3_TTS_GATEWAY_WORKERS=$workers KILL_STREAMS=0 e2e_two_gpus_stack "-w$workers"
+    done
+  else
+    e2e_two_gpus_stack ""
+  fi
+}
+
+e2e_two_gpus_stack() {   # output suffix: one compose stack, its sweep and (KILL_STREAMS > 0) the kill
+  local ready=/tmp/compose-ready.json work=/tmp/compose-work suffix=$1
   rm -rf "$ready" "$work"
   QWEN3_TTS_MODEL=$CKPT python3 -m launcher.compose_run deploy/compose/multi-gpu.yml --work-dir "$work" \
-    --ready-file "$ready" --health-timeout-s 600 > "$OUT/e2e-2gpu-stack.log" 2>&1 &
+    --ready-file "$ready" --health-timeout-s 600 > "$OUT/e2e-2gpu$suffix-stack.log" 2>&1 &
   local pid=$!
   if wait_ready "$ready" "$pid" 600; then
     # the gapless piece's load: 4 x concurrency streams a level from GAPLESS_CLIENT_PROCS processes
@@ -351,16 +368,16 @@ e2e_two_gpus() {
       ${E2E_STAGGER:+--stagger-starts} --arrivals "${E2E_2GPU_ARRIVALS:-closed}" --streams-factor 4 \
       --poisson-load "${GAPLESS_POISSON_LOAD:-1.0}" \
       --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-16}" \
-      --out "$OUT/e2e-2gpu.json" 2>&1 | tee "$OUT/e2e-2gpu.log"
+      --out "$OUT/e2e-2gpu$suffix.json" 2>&1 | tee -a "$OUT/e2e-2gpu.log"
     [ "${KILL_STREAMS:-128}" = 0 ] || python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
       --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
       --out "$OUT/replica-kill.json" 2>&1 | tee "$OUT/replica-kill.log"
   else
-    echo "compose stack did not start; see $OUT/e2e-2gpu-stack.log" | tee "$OUT/e2e-2gpu.log"
+    echo "compose stack did not start; see $OUT/e2e-2gpu$suffix-stack.log" | tee -a "$OUT/e2e-2gpu.log"
   fi
   kill -TERM "$pid" 2>/dev/null; wait "$pid"
-  # one archive: the device tool brings back at most 8 files
-  tar czf "$OUT/e2e-2gpu-service-logs.tgz" -C "$work" --exclude volumes . 2>/dev/null
+  # one archive a stack: the device tool brings back at most 8 files
+  tar czf "$OUT/e2e-2gpu$suffix-service-logs.tgz" -C "$work" --exclude volumes . 2>/dev/null
 }
 
 compose_up() {   # compose file, work dir, ready file, log: starts the stack (COMPOSE_PID); UP_S = seconds to ready
