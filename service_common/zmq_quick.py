@@ -12,10 +12,14 @@ arrived meanwhile without the descriptor firing again. pyzmq re-checks the socke
 own operations; after one of ours the awaited receive on the same socket would otherwise sleep until
 the next message (a heartbeat, a second later: the first version of this hung start messages so).
 So each quick operation asks pyzmq to re-check (`_schedule_remaining_events`, a private method of
-pyzmq's asyncio socket since 17); with a pyzmq without it every operation is awaited.
+pyzmq's asyncio socket since 17); with a pyzmq without it every operation is awaited. Quick sends
+ask for one re-check a loop turn, however many went out in it: the re-check reads the socket's
+events (a call into libzmq each time), and a gateway's talker socket carries a send per streamed
+word of every call.
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
 import zmq
@@ -36,6 +40,16 @@ class QuickSocket:
         # pyzmq's re-check of the socket's awaited operations, or None where it has none
         self.recheck: Callable[[], None] | None = getattr(sock, "_schedule_remaining_events", None)
         self.num_waiting = 0
+        self.is_recheck_due = False   # a re-check is scheduled for the next loop turn
+
+    def _recheck_next_turn(self) -> None:
+        if not self.is_recheck_due:
+            self.is_recheck_due = True
+            asyncio.get_running_loop().call_soon(self._recheck_now)
+
+    def _recheck_now(self) -> None:
+        self.is_recheck_due = False
+        self.recheck()
 
     async def send_multipart(self, frames: Sequence, copy: bool = False) -> None:
         if not self.num_waiting and self.recheck is not None:
@@ -44,7 +58,7 @@ class QuickSocket:
             except zmq.Again:
                 pass
             else:
-                self.recheck()
+                self._recheck_next_turn()
                 return
         self.num_waiting += 1
         try:
