@@ -136,7 +136,8 @@ def encode(msg_type: MessageType, header: Message, array: Any = None) -> list[by
     are checked like `decode` checks them, so a sender's bug fails here rather than at the peer.
     The header's `array`/`arrays` field must be left unset: it is filled here.
     """
-    msg_type = MessageType(msg_type)
+    if type(msg_type) is not MessageType:   # an enum call costs ~1 us; senders mostly pass the member
+        msg_type = MessageType(msg_type)
     schema = SCHEMAS[msg_type]
     if not isinstance(header, schema.header_class):
         raise TypeError(
