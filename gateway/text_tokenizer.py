@@ -83,7 +83,6 @@ class TextTokenizer:
         self._added_max_len = max((len(c) for c in contents), default=0)
         # Longest first: at one position the longest token wins, as in tokenizers' added vocabulary.
         self._added_re = re.compile("|".join(map(re.escape, contents))) if contents else None
-        self._split = tokenizer.pre_tokenizer[0]  # the regex Split alone: piece offsets in characters
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> "TextTokenizer":
@@ -124,8 +123,8 @@ class TextTokenizer:
         One encoding of `text` gives both: its word ids mark the pre-tokenizer's pieces (added tokens
         are pieces of their own). The piece starts up to `bound` are the same in every text that
         begins with `text` (gateway/stream_cut.py), so the whole text's pieces serve as the
-        segment's. A second call into the tokenizer per streamed word (pre-tokenizing the segment,
-        then encoding) cost ~35 us a word in a loaded gateway, about a tenth of its CPU per call."""
+        segment's. (Pre-tokenizing the segment and then encoding, two calls into the tokenizer, made
+        a streamed word cost ~35 us of a loaded gateway's CPU, about a tenth of a call's.)"""
         hold = added_token_prefix_start(text, self._added_prefixes, self._added_max_len)
         segment_start = max((end for _, end in self._added_spans(text[:hold])), default=0)
         encoding = self.tokenizer.encode(text, add_special_tokens=False)

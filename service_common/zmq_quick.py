@@ -49,7 +49,8 @@ class QuickSocket:
 
     def _recheck_now(self) -> None:
         self.is_recheck_due = False
-        self.recheck()
+        if not self.sock.closed:   # closed in the turn that sent: nothing is awaited on it any more
+            self.recheck()
 
     async def send_multipart(self, frames: Sequence, copy: bool = False) -> None:
         if not self.num_waiting and self.recheck is not None:
