@@ -101,3 +101,11 @@ def test_on_by_default_only_under_load_and_checked():
         EngineConfig(prefill_gather_batch=0)
     with pytest.raises(ValueError, match="prefill_gather_ms"):
         EngineConfig(prefill_gather_ms=-1.0)
+
+
+def test_the_service_flags_default_to_the_engines_gathering():
+    from talker_service.server.config import TalkerServiceConfig
+    engine = TalkerServiceConfig(vocoders="tcp://127.0.0.1:5701").engine_config()
+    default = EngineConfig()
+    assert (engine.prefill_gather_ms, engine.prefill_gather_batch, engine.prefill_gather_min_decoding) == (
+        default.prefill_gather_ms, default.prefill_gather_batch, default.prefill_gather_min_decoding)

@@ -48,9 +48,12 @@ class TalkerServiceConfig:
     max_queued: int = 0                  # admitted, waiting for a slot; 0: max(64, max_slots)
     cadence_margin_ms: float = 0.0       # > 0: prefill arrivals only within the running streams' slack less
     cadence_max_hold_ms: float = 500.0   # this margin, each held at most this long (engine/cadence.py); 0: off
-    prefill_gather_ms: float = 60.0      # > 0: while >= prefill_gather_min_decoding streams decode, ready arrivals
-    prefill_gather_batch: int = 8        # wait until this many are ready or the oldest waited this long, to be
-    prefill_gather_min_decoding: int = 128  # prefilled together (engine/prefill_gather.py); 0 ms: off
+    # > 0: while >= prefill_gather_min_decoding streams decode, ready arrivals wait until
+    # prefill_gather_batch are ready or the oldest waited this long, to be prefilled together
+    # (engine/prefill_gather.py); 0 ms: off. The engine's defaults, not a second copy of them.
+    prefill_gather_ms: float = EngineConfig.prefill_gather_ms
+    prefill_gather_batch: int = EngineConfig.prefill_gather_batch
+    prefill_gather_min_decoding: int = EngineConfig.prefill_gather_min_decoding
     # > 0: while a vocoder reports late chunks, queued requests wait up to this long before their
     # prefill (server/admission.py); 0: off (not yet measured on a GPU). Free vocoder slots gate
     # admission either way.
