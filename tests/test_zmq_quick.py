@@ -83,3 +83,24 @@ def test_receive_batch_takes_what_is_there_in_order_up_to_its_bound():
     first, got = asyncio.run(main())
     assert first == 4
     assert got == [[str(i).encode()] for i in range(10)] + [[b"late"]]
+
+
+def test_quick_sends_of_one_loop_turn_share_one_re_check():
+    async def main():
+        ctx = zmq.asyncio.Context()
+        router, dealer = _pair(ctx, "recheck")
+        sender = QuickSocket(dealer)
+        rechecks = []
+        real = sender.recheck
+        sender.recheck = lambda: (rechecks.append(1), real())
+        for i in range(10):              # the quick path never yields: all ten in this turn
+            await sender.send_multipart([b"msg", str(i).encode()])
+        during = len(rechecks)
+        await asyncio.sleep(0)           # the next turn runs the one re-check
+        await asyncio.sleep(0)
+        got = [await asyncio.wait_for(router.recv_multipart(), WAIT_S) for _ in range(10)]
+        ctx.destroy(linger=0)
+        return during, len(rechecks), got
+    during, after, got = asyncio.run(main())
+    assert (during, after) == (0, 1)
+    assert got == [[b"d", b"msg", str(i).encode()] for i in range(10)]
