@@ -7,8 +7,9 @@ it would replay). The talker is a model of the real one: decode steps of `a + b 
 give every running stream one frame, prefills of up to 32 arrivals between decode steps (their
 first frame comes with the prefill), each only while the vocoder has a free slot for it (the real
 admission), gathered as the service does by default (`--gather-ms`, 0: off;
-talker_service/engine/prefill_gather.py, the real rule). The two share the GPU by time-slicing: while both have work, each runs at half speed (a
-vocoder step of W ms of GPU work takes 2 W ms of wall time and delays the talker by W).
+talker_service/engine/prefill_gather.py, the real rule). The two share the GPU by time-slicing:
+while both have work, each runs at half speed (a vocoder step of W ms of GPU work takes 2 W ms of
+wall time and delays the talker by W).
 
 Clients are a closed loop (each of `concurrency` workers starts a new stream when its last ended,
 the first wave spread over `--stagger-s`) or a burst, then with `--poisson-load F` an open loop at
