@@ -18,7 +18,7 @@ from protos.tts.internal.v1 import admin_pb2, admin_pb2_grpc
 
 # the order the talker loop runs its phases in (talker_service.engine.stats.HOST_PHASES; not imported:
 # that package loads torch, which a client of the stack need not have)
-HOST_PHASES = ("intake", "admit", "prefill", "decode", "emit")
+HOST_PHASES = ("intake", "admit", "prefill", "decode", "emit", "intake_in_wait")
 
 STUBS = {"talker": admin_pb2_grpc.TalkerAdminStub, "vocoder": admin_pb2_grpc.VocoderAdminStub}
 

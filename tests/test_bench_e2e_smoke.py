@@ -103,7 +103,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert talker["host_time"]["count"] >= talker["step_time"]["count"] and talker["host_time"]["p50_ms"] > 0
         # ... split by the loop's phases, one sample per phase per such iteration
         phases = talker["host_time_by_phase"]
-        assert set(phases) == {"intake", "admit", "prefill", "decode", "emit"}
+        assert set(phases) == {"intake", "admit", "prefill", "decode", "emit", "intake_in_wait"}
         assert all(phase["count"] == talker["host_time"]["count"] for phase in phases.values())
         assert sum(phase["mean_ms"] for phase in phases.values()) == pytest.approx(talker["host_time"]["mean_ms"],
                                                                                     rel=1e-3, abs=0.01)

@@ -339,8 +339,27 @@ def test_the_phase_clock_leaves_out_each_phase_s_device_waits(monkeypatch):
     phases.lap("decode")                      # 10 ms, 9 of them waiting for the device
     now[0] += 0.0005
     phases.lap("emit")
-    assert phases.laps_ms == pytest.approx({"intake": 2.0, "decode": 1.0, "emit": 0.5})
+    assert phases.laps_ms == pytest.approx({"intake": 2.0, "decode": 1.0, "emit": 0.5, "intake_in_wait": 0.0})
     assert phases.total_ms == pytest.approx(3.5)
+
+
+def test_the_phase_clock_files_messages_read_inside_device_waits_under_a_phase_of_their_own(monkeypatch):
+    from service_common.host_copy import WaitClock
+    from talker_service.server import loop as loop_module
+    now = [100.0]
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: now[0])
+    waits = WaitClock(while_waiting=lambda: False)
+    phases = loop_module._PhaseClock(waits)
+    now[0] += 0.010
+    waits.total_s += 0.006
+    waits.worked_s += 0.003
+    phases.lap("prefill")                     # 10 ms: 6 waiting, 3 reading messages, 1 of its own
+    now[0] += 0.004
+    waits.total_s += 0.002
+    waits.worked_s += 0.001
+    phases.lap("decode")
+    assert phases.laps_ms == pytest.approx({"prefill": 1.0, "decode": 1.0, "intake_in_wait": 4.0})
+    assert phases.total_ms == pytest.approx(6.0)
 
 
 def test_host_time_is_filed_in_total_by_phase_and_under_the_launched_batch_bucket():
