@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import first_audio_hops  # noqa: E402
 from benchmarks.client_procs import round_robin, run_parts  # noqa: E402
 from benchmarks.gpu_busy import GpuBusySampler  # noqa: E402
 from benchmarks.proc_cpu import ProcCpu  # noqa: E402
@@ -342,6 +344,9 @@ def main() -> int:
     p.add_argument("--vocoder-arg", action="append", default=[])
     p.add_argument("--launcher-arg", action="append", default=[],
                    help="a flag for the launcher itself (e.g. --launcher-arg=--http-port=-1)")
+    p.add_argument("--hop-trace-dir", default="",
+                   help="the stack started here marks each request's way to first audio in this folder "
+                        "(service_common/hop_trace.py); each level's row then has its hops (first_audio_hops)")
     p.add_argument("--out", default="")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny model, concurrency 1,2, 8 frames")
     args = p.parse_args()
@@ -371,6 +376,8 @@ def main() -> int:
     args.work_dir = work
     try:
         target, pids = args.target, {}
+        if args.hop_trace_dir:   # the services read it when they start (a --target stack must have it already)
+            os.environ["QWEN3_TTS_HOP_TRACE_DIR"] = str(Path(args.hop_trace_dir).resolve())
         if not target:
             proc, target, pids = start_stack(args, work)
         rows = []
@@ -389,6 +396,9 @@ def main() -> int:
                                   if r["concurrency"] == c and r["arrivals"] != "poisson"), None)
             row = level(target, c, args, arrivals, closed_wall_s, pids)
             row["server_stats"] = collect(stats_dir) or collect_replicas(args.compose_ready)
+            if args.hop_trace_dir:
+                row["first_audio_hops"] = first_audio_hops.summarize(first_audio_hops.load_marks(args.hop_trace_dir),
+                                                                     [r["request_id"] for r in row["raw"]])
             if args.compose_ready:
                 row["vocoder_load_split"] = load_split(before, row["server_stats"])
                 row["talker_load_split"] = load_split(before, row["server_stats"], "talker")
@@ -410,6 +420,8 @@ def main() -> int:
             print("        server p50/p95 ms: " + " | ".join(
                 f"{name.removesuffix('_ms')} {s['p50_ms']:.1f}/{s['p95_ms']:.1f}" for name, s in row["stages"].items()),
                 flush=True)
+            if row.get("first_audio_hops"):
+                print(f"        {first_audio_hops.one_line(row['first_audio_hops'])}", flush=True)
             if row["server_stats"]:
                 print(f"       {one_line(row['server_stats'])}", flush=True)
             if row.get("vocoder_load_split"):

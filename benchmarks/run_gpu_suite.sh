@@ -284,7 +284,7 @@ e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, dr
     --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-4}" \
     --out "$OUT/gapless-$side.json" "$@" > "$logs/gapless-$side.log" 2>&1
   echo "== $side $commit (exit $?) $*" >> "$OUT/gapless.txt"
-  grep -E "^c=|stalls > |cpu %|server p50|^first request" "$logs/gapless-$side.log" >> "$OUT/gapless.txt" \
+  grep -E "^c=|stalls > |cpu %|server p50|hops p50|^first request" "$logs/gapless-$side.log" >> "$OUT/gapless.txt" \
     || tail -5 "$logs/gapless-$side.log" >> "$OUT/gapless.txt"
   # the stack's own logs (bench_e2e leaves its work dir) and the vocoder's step trace, if it wrote one
   work=$(ls -td /tmp/bench-e2e-* 2>/dev/null | head -1)
@@ -301,7 +301,8 @@ e2e_gapless_run() {   # side dir commit [bench_e2e flags]: that tree's stack, dr
 e2e_gapless() {
   # sides: base (build/base.tar), head (build/head.tar or this tree, GAPLESS_HEAD_ARGS), or any other
   # NAME: the head tree again with the bench_e2e flags in GAPLESS_ARGS_NAME (an A/B of a flag on one
-  # machine). GAPLESS_TRACE=1: every side but base writes the vocoder's step trace. The per-side logs,
+  # machine). GAPLESS_TRACE=1: every side but base writes the vocoder's step trace; GAPLESS_HOPS=1: every
+  # side marks its requests' first-audio hops (service_common/hop_trace.py). The per-side logs,
   # the services' logs and the traces go into one archive, gapless-logs.tgz (the device tool brings
   # back at most 8 files): gpu.txt, gapless.txt, a JSON per side and that archive.
   local side head_dir head_commit args var trace
@@ -315,6 +316,8 @@ e2e_gapless() {
   for side in ${GAPLESS_SIDES:-base head}; do
     trace=""
     [ "${GAPLESS_TRACE:-0}" = 1 ] && trace="--vocoder-arg=--step-trace=$OUT/gapless-logs/$side-trace.jsonl"
+    # GAPLESS_HOPS=1: each request's way to first audio, hop by hop (a tree from before the marks has none)
+    [ "${GAPLESS_HOPS:-0}" = 1 ] && trace="$trace --hop-trace-dir=$OUT/gapless-logs/$side-hops"
     if [ "$side" = base ]; then
       unpack_base /tmp/gapless-base "$OUT/gapless.txt" || return 1
       e2e_gapless_run base /tmp/gapless-base "$(cat build/base.commit 2>/dev/null || echo base)"

@@ -14,6 +14,7 @@ from typing import Callable
 from protos import wire
 from protos.pcm_split import split_pcm
 from protos.tts.internal.v1 import common_pb2
+from service_common import hop_trace
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class AudioIntake:
             self.deliver(msg_type, header, None)
         elif parts is not None:
             for part in parts:
+                if part.seq == 0:
+                    hop_trace.mark(part.request_id, "g_pcm_in")
                 self.deliver(msg_type, part, part.pcm)
         else:
             logger.warning("%s is not expected on the audio socket; dropped", msg_type.name)

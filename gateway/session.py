@@ -27,6 +27,7 @@ from gateway.text_tokenizer import IncrementalTokenizer, TextTokenizer
 from protos import status, wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
 from protos.tts.v1 import tts_pb2
+from service_common import hop_trace
 from service_common.audio_samples import SampleFaults
 from service_common.playback import PlaybackClock
 
@@ -160,7 +161,9 @@ class Session:
 
     async def started(self) -> talker_pb2.Ack:
         """The talker's answer to START: its ACK, or the RequestError of its refusal."""
-        return (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
+        ack = (await self._expect((T.ACK,), self.ack_timeout_s, "START")).header
+        hop_trace.mark(self.request_id, "g_ack_in")
+        return ack
 
     async def send_start(self, text_ids: list[int], is_text_complete: bool) -> None:
         """START to the talker. TEXT sent after it (same socket, so in order) may follow at once:
@@ -178,6 +181,7 @@ class Session:
         else:
             start.clone.CopyFrom(r.clone_prompt)
         self.box.is_on_talker = True
+        hop_trace.mark(self.request_id, "g_start_out")   # (an "out" mark goes before its send)
         await self._send(T.START, start)
 
     async def _move_if_talker_unhealthy(self) -> None:
@@ -194,6 +198,8 @@ class Session:
 
     async def send_text(self, ids: list[int]) -> None:
         if ids:
+            if not self.num_text_messages:
+                hop_trace.mark(self.request_id, "g_text_out")
             await self._send(T.TEXT, talker_pb2.Text(request_id=self.request_id, seq=self.num_text_messages,
                                                       token_ids=ids))
             self.num_text_messages += 1
@@ -209,6 +215,7 @@ class Session:
     def _note_text(self, delta: str) -> None:
         if self.first_text_s is None and delta.strip():
             self.first_text_s = time.monotonic()
+            hop_trace.mark(self.request_id, "g_text_in")
         if self.text.num_chars + len(delta) > self.max_text_chars:
             raise InvalidArgument("text", f"text is over the limit of {self.max_text_chars} characters")
 
@@ -283,6 +290,7 @@ class Session:
         self.num_samples_out += encoded.num_samples
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic()
+            hop_trace.mark(self.request_id, "g_audio_out")
         is_first = not self.playback.is_started
         lateness_s = self.playback.on_chunk(time.monotonic(), encoded.num_samples / self.resolved.sample_rate_hz)
         if not is_first:

@@ -21,7 +21,7 @@ BUCKETS = decode_batch_buckets(CPU_DEFAULT_SLOTS)   # the smoke stack's talker: 
 
 @pytest.mark.parametrize("workload, stagger", [("custom-voice", False), ("clone-icl", True)])
 def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload, stagger):
-    out = tmp_path / "e2e.json"
+    out, hops_dir = tmp_path / "e2e.json", tmp_path / "hops"
     # the staggered run adds an open-loop Poisson level and a burst after each closed one, and names
     # the tree whose stack it starts (an A/B base elsewhere; this tree here)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--smoke", "--out", str(out),
@@ -29,7 +29,7 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
                                                        "--stack-dir", str(ROOT), "--launcher-arg=--http-port=-1",
                                                        "--client-procs", "2", "--client-channels", "2",
                                                        "--poisson-load", "0.5"]
-                                                      if stagger else []),
+                                                      if stagger else ["--hop-trace-dir", str(hops_dir)]),
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -129,4 +129,30 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         # every stream has 8 frames: its second frame came after its first
         assert all(r["timings"]["second_frame_ms"] > r["timings"]["first_frame_ms"] > 0 for r in row["raw"])
     assert "server p50/p95 ms: queue " in proc.stdout
+    if not stagger:   # each request's way to first audio, marked by the three services on one clock
+        check_first_audio_hops(hops_dir, result["levels"], proc.stdout)
     assert "(intake " in proc.stdout and ", emit " in proc.stdout   # the host time's phases, printed
+
+
+FIRST_AUDIO_PATH = ("g_text_in", "g_text_out", "t_text_in", "t_frame0_out", "v_frames0_in", "v_pcm_out", "g_pcm_in",
+                    "g_audio_out")
+
+
+def check_first_audio_hops(hops_dir: Path, levels: list[dict], stdout: str) -> None:
+    from benchmarks.first_audio_hops import HOPS, load_marks
+    marks = load_marks(hops_dir)
+    assert len(list(hops_dir.glob("*.tsv"))) == 3   # one file per process: gateway, talker, vocoder
+    for row in levels:
+        hops = row["first_audio_hops"]
+        assert set(hops) == {name for name, _, _ in HOPS}
+        assert all(h["n"] == row["num_streams"] for h in hops.values())   # every request has every mark
+        for r in row["raw"]:
+            m = marks[r["request_id"]]
+            # in the order the request met them, across the processes (START leaves before any text is read)
+            times = [m[event] for event in FIRST_AUDIO_PATH]
+            assert times == sorted(times), {event: m[event] for event in FIRST_AUDIO_PATH}
+            assert m["g_start_out"] <= m["t_start_in"] <= m["t_text_in"] and m["g_start_out"] <= m["g_text_in"]
+            assert m["t_frame0_out"] <= m["t_frame1_out"] <= m["v_frames1_in"]
+            # the whole way is the server's TTFA: stamped beside the same two clock reads
+            assert m["g_audio_out"] - m["g_text_in"] == pytest.approx(r["ttfa_ms"], abs=1.0)
+    assert "hops p50/p95 ms: gateway_text " in stdout

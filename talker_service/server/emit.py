@@ -11,6 +11,7 @@ import numpy as np
 import zmq
 
 from protos.tts.internal.v1 import vocoder_pb2
+from service_common import hop_trace
 from talker_service.engine import ErrorOut, FramesOut
 from talker_service.server.outbox import FramesBatch, Outbox
 from talker_service.server.routes import Route, RouteTable
@@ -93,6 +94,9 @@ class Emitter:
             batch.closes.append(vocoder_pb2.FramesClose(handle=route.vocoder_handle, summary=summary_of(out)))
             self.routes.forget(route)
         batch.add(route.vocoder_handle, out.seq + route.frames_seq_offset, rows, route)
+        if out.first_frame_index < 2:   # frames 0 and 1 leave with this batch, in this loop turn
+            for index in range(out.first_frame_index, min(2, out.first_frame_index + out.codes.shape[0])):
+                hop_trace.mark(route.request_id, f"t_frame{index}_out")
 
     def send(self, link: VocoderLink, batch: FramesBatch) -> None:
         try:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, talker_pb2
+from service_common import hop_trace
 from service_common.endpoints import check_endpoint
 from talker_service.engine import EngineError, TalkerEngine
 from talker_service.server.gateways import GatewayPeers
@@ -62,6 +63,7 @@ class GatewayIntake:
                 raise EngineError("UNAVAILABLE", f"request {rid!r}: no healthy vocoder")
             prompt, feed, sampling, context = self.start_reader.read(start)
             ahead = self.engine.add_request(rid, prompt, feed, sampling)
+            hop_trace.mark(rid, "t_start_in")
         except EngineError as exc:
             logger.warning("request %s refused: %s", rid or "-", exc.message)
             self.outbox.error_to_gateway(identity, rid, exc.code, exc.message)
@@ -93,6 +95,8 @@ class GatewayIntake:
             if text.seq != route.next_text_seq:
                 raise EngineError("ABORTED", f"request {text.request_id!r}: TEXT seq {text.seq}, expected "
                                              f"{route.next_text_seq}")
+            if not route.next_text_seq:
+                hop_trace.mark(text.request_id, "t_text_in")
             route.next_text_seq += 1
             self.engine.push_text(text.request_id, text.token_ids)
         except EngineError as exc:

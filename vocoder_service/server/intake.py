@@ -21,6 +21,7 @@ import numpy as np
 
 from protos import wire
 from protos.tts.internal.v1 import common_pb2, vocoder_pb2
+from service_common import hop_trace
 from service_common.endpoints import check_endpoint
 from vocoder_service.engine.engine import EngineError, VocoderEngine
 from vocoder_service.server.outbox import Outbox
@@ -105,6 +106,8 @@ class FramesIntake:
         if is_bad:
             raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: codes must lie in [0, {self.engine.runner.codebook_size}),"
                                                   f" got [{rows.min()}, {rows.max()}]")
+        if seq <= 1:
+            hop_trace.mark(rid, f"v_frames{seq}_in")
         self.engine.add_frames(rid, seq, rows, is_final=close is not None,
                                num_context_frames=open_.num_context_frames if open_ is not None else 0,
                                is_checked=True)

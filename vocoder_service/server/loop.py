@@ -18,6 +18,7 @@ from typing import Callable
 import zmq
 
 from protos import wire
+from service_common import hop_trace
 from service_common.heartbeat_thread import HeartbeatThread
 from service_common.metrics import BusyClock
 from vocoder_service.engine.engine import ErrorOut, PcmOut, VocoderEngine
@@ -236,6 +237,9 @@ class VocoderServer:
 
     def send_pcm(self, reply_to: str | None, outs: list[PcmOut]) -> None:
         routes = [self.intake.routes.get(out.request_id) for out in outs]
+        for out in outs:
+            if out.seq == 0:
+                hop_trace.mark(out.request_id, "v_pcm_out")
         try:
             if not reply_to:
                 raise ValueError("no reply_to")

@@ -1,0 +1,48 @@
+"""Where a request's first audio spends its time between the processes: marks for benchmarks.
+
+The summary's stage timings are each measured inside one process; what lies between them (a message
+queued in a socket while its reader steps, a read-back the next step picks up) is in none of them. At
+256 streams on an H200 that was most of the first audio's time (issue #36). With
+QWEN3_TTS_HOP_TRACE_DIR set, each process appends one line per milestone of a request on its way to
+first audio to `<dir>/<pid>.tsv`: request id, event (EVENTS), CLOCK_MONOTONIC in ns. That clock is
+one for every process of a host (containers included) and none across hosts, so the files of one
+machine join (benchmarks/first_audio_hops.py; bench_e2e --hop-trace-dir). Unset, as by default, a
+mark costs one global test.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+# in the order a request meets them
+EVENTS = ("g_start_out",    # gateway: START sent to the talker (before the first text is read)
+          "t_start_in",     # talker: START read
+          "g_text_in",      # gateway: first text read (the server's TTFA clock starts)
+          "g_text_out",     # gateway: first TEXT sent
+          "t_text_in",      # talker: first TEXT read
+          "g_ack_in",       # gateway: the talker's ACK read
+          "t_frame0_out",   # talker: frame 0 sent to the vocoder
+          "v_frames0_in",   # vocoder: the stream's first FRAMES entry read
+          "t_frame1_out",   # talker: frame 1 sent
+          "v_frames1_in",   # vocoder: its second entry read
+          "v_pcm_out",      # vocoder: first PCM chunk sent
+          "g_pcm_in",       # gateway: first PCM chunk read
+          "g_audio_out")    # gateway: first audio response built (the server's TTFA clock stops)
+
+_DIR = os.environ.get("QWEN3_TTS_HOP_TRACE_DIR") or None
+_lock = threading.Lock()
+_file = None
+
+
+def mark(request_id, event: str) -> None:
+    """One milestone of `request_id` now; the caller marks each (request, event) once."""
+    if _DIR is None:
+        return
+    now_ns = time.monotonic_ns()
+    global _file
+    with _lock:
+        if _file is None:
+            os.makedirs(_DIR, exist_ok=True)
+            _file = open(os.path.join(_DIR, f"{os.getpid()}.tsv"), "a", buffering=1)
+        _file.write(f"{request_id}\t{event}\t{now_ns}\n")
