@@ -358,10 +358,13 @@ e2e_two_gpus() {
 }
 
 e2e_two_gpus_stack() {   # output suffix: one compose stack, its sweep and (KILL_STREAMS > 0) the kill
-  local ready=/tmp/compose-ready.json work=/tmp/compose-work suffix=$1
+  local ready=/tmp/compose-ready.json work=/tmp/compose-work suffix=$1 hops=""
   rm -rf "$ready" "$work"
-  QWEN3_TTS_MODEL=$CKPT python3 -m launcher.compose_run deploy/compose/multi-gpu.yml --work-dir "$work" \
-    --ready-file "$ready" --health-timeout-s 600 > "$OUT/e2e-2gpu$suffix-stack.log" 2>&1 &
+  # GAPLESS_HOPS=1: every replica marks its requests' first-audio hops (compose_run passes its own
+  # environment on); the sweep reports them per level and the marks go into the service-logs archive
+  [ "${GAPLESS_HOPS:-0}" = 1 ] && hops="$work/hops"
+  QWEN3_TTS_MODEL=$CKPT QWEN3_TTS_HOP_TRACE_DIR=$hops python3 -m launcher.compose_run deploy/compose/multi-gpu.yml \
+    --work-dir "$work" --ready-file "$ready" --health-timeout-s 600 > "$OUT/e2e-2gpu$suffix-stack.log" 2>&1 &
   local pid=$!
   if wait_ready "$ready" "$pid" 600; then
     # the gapless piece's load: 4 x concurrency streams a level from GAPLESS_CLIENT_PROCS processes
@@ -371,7 +374,7 @@ e2e_two_gpus_stack() {   # output suffix: one compose stack, its sweep and (KILL
       ${E2E_STAGGER:+--stagger-starts} --arrivals "${E2E_2GPU_ARRIVALS:-closed}" --streams-factor 4 \
       --poisson-load "${GAPLESS_POISSON_LOAD:-1.0}" \
       --client-procs "${GAPLESS_CLIENT_PROCS:-4}" --client-channels "${GAPLESS_CLIENT_CHANNELS:-16}" \
-      --out "$OUT/e2e-2gpu$suffix.json" 2>&1 | tee -a "$OUT/e2e-2gpu.log"
+      ${hops:+--hop-trace-dir "$hops"} --out "$OUT/e2e-2gpu$suffix.json" 2>&1 | tee -a "$OUT/e2e-2gpu.log"
     [ "${KILL_STREAMS:-128}" = 0 ] || python3 benchmarks/replica_kill.py --compose-ready "$ready" --kill vocoder-1 --streams "${KILL_STREAMS:-128}" \
       --frames "${KILL_FRAMES:-250}" --kill-after-s "${KILL_AFTER_S:-1}" --rejoin-timeout-s "${KILL_REJOIN_TIMEOUT_S:-240}" \
       --out "$OUT/replica-kill.json" 2>&1 | tee "$OUT/replica-kill.log"
