@@ -15,9 +15,6 @@ class VocoderEngineConfig:
     # Fill the rows and frames a step's captured graphs pad with audio of streams that have frames
     # waiting (batch_fill.py: no device time, audio sooner); False: only the planned rows.
     fill_padding: bool = True
-    # With a between-batches intake (VocoderEngine.between_batches): batches queued on the device at
-    # once; a first chunk that arrives mid-step waits behind at most these (and the one being read).
-    batches_in_flight: int = 2
     # Fixed cost of one decode launch, in row-frames, for the batch-merging cost model.
     launch_cost_row_frames: float = 64.0
     # A request (not ended) fails with UNAVAILABLE once its talker sent nothing at all (frames or

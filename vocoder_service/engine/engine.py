@@ -110,9 +110,6 @@ class VocoderEngine:
         # device once per stream (~2 ms each behind the talker's kernels): 150 arrivals between two
         # steps held every running stream's next chunk ~300 ms (results/2026-11-28-gapless4-h200.md).
         self._opened_unreset: dict[int, str] = {}
-        # the server's intake between a step's batches (None: every batch queued at once, read in order)
-        self.between_batches: Callable[[], None] | None = None
-        self.between_batch_rows = 0   # rows of new streams planned between batches (first chunks, priming)
         self.deadline_stats: dict = {}
         self.reset_deadline_stats()
 
@@ -279,52 +276,24 @@ class VocoderEngine:
             if on_outputs is not None:
                 on_outputs(failed)
             batches = [b for b in batches if all(r.request_id in self.streams for r in b.rows)]
+        # every batch queued first, then read in order: the device goes from one to the next while
+        # the host gathers the next batch's codes and emits the previous one's chunks
         trace = self.trace
         if trace is not None:
             traced = self._trace_plan(batches, step_start_s)
             self._traced_late = []
-        # Without a between-batches hook every batch is queued first, then read in order: the device
-        # goes from one to the next while the host gathers the next batch's codes and emits the
-        # previous one's chunks. With one, at most `batches_in_flight` are queued at a time, and after
-        # each read-back the hook takes in what arrived meanwhile: a new stream's first chunk, ready
-        # now, goes before the step's batches not queued yet instead of waiting for the next step.
-        hook = self.between_batches
-        queue = deque(zip(batches, range(len(batches))))    # (batch, its index in the trace)
-        ahead = max(1, self.config.batches_in_flight) if hook is not None else len(batches)
-        in_step = {row.request_id for batch in batches for row in batch.rows}
-        in_flight: deque = deque()
-        num_run, row_frames_run = 0, 0
-        while queue or in_flight:
-            while queue and len(in_flight) < ahead:
-                batch, index = queue.popleft()
-                batch, launch = self._launch_batch(batch)
-                if batch.rows:
-                    in_flight.append((batch, index, launch))
-            if not in_flight:
-                continue
-            batch, index, launch = in_flight.popleft()
-            num_run, row_frames_run = num_run + 1, row_frames_run + batch.frames_bucket * batch.batch_size
+        launched = [self._launch_batch(batch) for batch in batches]
+        for i, (batch, launch) in enumerate(zip(batches, launched)):
             done = self._finish_batch(batch, *launch)
             out.extend(done)
             if trace is not None:
-                traced["b"][index].append(round((self.clock() - step_start_s) * 1e3, 2))
+                traced["b"][i].append(round((self.clock() - step_start_s) * 1e3, 2))
             if done and on_outputs is not None:
                 on_outputs(done)
-            if hook is not None and (queue or in_flight):
-                hook()
-                extra, failed = self._first_chunks_between_batches(in_step)
-                if failed:
-                    out.extend(failed)
-                    if on_outputs is not None:
-                        on_outputs(failed)
-                for batch in reversed(extra):   # before the step's batches not queued yet
-                    queue.appendleft((batch, len(traced["b"]) if trace is not None else -1))
-                    if trace is not None:
-                        traced["b"].append([batch.batch_size, batch.frames_bucket, batch.batch_size])
         ended_s = self.clock()
-        if num_run:   # what a step of this many padded frames takes: the deadline scheduler's budget
-            self.scheduler.observe_step(row_frames_run, num_run, ended_s - step_start_s, ended_s,
-                                        work_left=self._last_plan_deferred > 0)
+        if batches:   # what a step of this many padded frames takes: the deadline scheduler's budget
+            self.scheduler.observe_step(sum(b.frames_bucket * b.batch_size for b in batches), len(batches),
+                                        ended_s - step_start_s, ended_s, work_left=self._last_plan_deferred > 0)
         if trace is not None and (batches or empty):
             traced["late_chunks"] = self._traced_late   # [ms late, cause, frames, the chunk's index in its stream]
             trace.step(step_start_s, ended_s, traced)
@@ -365,43 +334,8 @@ class VocoderEngine:
                 "deferred": self._last_plan_deferred, "step_est_ms": round(self.scheduler.step_s * 1e3, 1),
                 "b": shapes, "firsts": firsts}
 
-    def _first_chunks_between_batches(self, in_step: set[str]) -> tuple[list[PlannedBatch], list[ErrorOut]]:
-        """The first chunks (and clone priming rows) that became ready during this step, of streams
-        with no row in it yet, as batches; -> (batches, errors of a failed slot reset). Their slots,
-        opened meanwhile, get fresh decoder state first (queued before their batches)."""
-        now_s, num_open = self.clock(), len(self.streams)
-        rows = []
-        for stream in self.streams.values():
-            if stream.playback.is_started or stream.request_id in in_step:
-                continue
-            cand, _ = self.scheduler.candidate(stream, now_s, num_open)
-            if cand is not None and cand.row.num_frames:
-                rows.append(cand.row)
-        if not rows:
-            return [], []
-        failed = self._reset_opened_slots()
-        rows = [r for r in rows if r.request_id in self.streams]
-        in_step.update(r.request_id for r in rows)
-        self.between_batch_rows += len(rows)
-        return plan_batches(rows, self.config.chunk, self.batch_sizes, self.config.launch_cost_row_frames,
-                            self._covering_shape, self._split_cache), failed
-
-    def _live_rows(self, batch: PlannedBatch) -> PlannedBatch:
-        """The batch less the rows of streams that ended since it was planned (a between-batches
-        intake may abort or fail a stream; its slot may already serve another)."""
-        streams = self.streams
-        live = [r for r in batch.rows if (s := streams.get(r.request_id)) is not None and s.slot == r.slot]
-        return batch if len(live) == len(batch.rows) else PlannedBatch(batch.frames_bucket, live)
-
-    def _launch_batch(self, batch: PlannedBatch) -> tuple[PlannedBatch, tuple]:
-        """-> (the batch as launched, its live rows only; (pending decode or the exception that stopped
-        it, the rows' arrival times, decode start))."""
-        batch = self._live_rows(batch)
-        if not batch.rows:
-            return batch, ()
-        return batch, self._launch_rows(batch)
-
-    def _launch_rows(self, batch: PlannedBatch) -> tuple:
+    def _launch_batch(self, batch: PlannedBatch) -> tuple:
+        """-> (pending decode or the exception that stopped it, the rows' arrival times, decode start)."""
         clock = time.perf_counter
         gather_started = clock()
         codes, slots, lengths, arrivals = gather_batch(batch, self.streams, self.clock)
@@ -424,7 +358,7 @@ class VocoderEngine:
         except Exception as exc:  # a device or runner fault: fail this batch's requests, keep serving the rest
             logger.exception("decode of a batch of %d x %d frames failed", batch.batch_size, t)
             return [self._fail(self.streams[row.request_id], "INTERNAL", f"request {row.request_id!r}: decode failed: "
-                               f"{type(exc).__name__}: {exc}") for row in batch.rows if row.request_id in self.streams]
+                               f"{type(exc).__name__}: {exc}") for row in batch.rows]
         emit_started = clock()
         decode_ms = (emit_started - started) * 1e3
         is_graph = pending.is_graph
@@ -434,11 +368,8 @@ class VocoderEngine:
         is_faulty = None if row_faults is None else row_faults.any(axis=1).tolist()   # [bs] bool
         self.stats["decode_calls"] += 1
         out: list[PcmOut | ErrorOut] = []
-        streams = self.streams
         for i, row in enumerate(batch.rows):
-            stream = streams.get(row.request_id)
-            if stream is None or stream.slot != row.slot:   # ended while its batch ran: its audio goes nowhere
-                continue
+            stream = self.streams[row.request_id]
             stream.num_frames_decoded += row.num_frames
             self.stats["frames_decoded"] += row.num_frames
             if row.emit:

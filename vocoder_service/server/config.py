@@ -61,11 +61,6 @@ class VocoderServiceConfig:
     # the last 16 cycles); off until measured (engine/deadlines.py)
     step_window_s: float = 0.0
     launch_cost_row_frames: float = 64.0
-    # read the talkers' messages between a step's batches and start the first chunks that came in
-    # before the step's batches not yet queued (at most batches_in_flight queued at a time); off: one
-    # read a step, every batch queued at once (issue #36: frames waited for the step in progress)
-    first_chunks_between_batches: bool = True
-    batches_in_flight: int = 2
     talker_timeout_s: float = 10.0       # an open request fails UNAVAILABLE once its talker sent nothing (frames
                                          # or heartbeats) this long; a request parked on text is not judged alone
     max_pending_frames: int = 2048
@@ -116,7 +111,7 @@ class VocoderServiceConfig:
         problems = []
         for name in ("first_chunk_frames", "steady_chunk_frames", "max_pending_frames",
                      "heartbeat_interval_ms", "poll_ms", "max_messages_per_poll", "router_rcv_hwm",
-                     "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size", "batches_in_flight"):
+                     "router_snd_hwm", "pcm_snd_hwm", "max_push_sockets", "admin_queue_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("talker_timeout_s", "admin_timeout_s", "max_step_stall_s", "busy_window_s"):
@@ -168,8 +163,7 @@ class VocoderServiceConfig:
     def engine_config(self, samples_per_frame: int, sample_rate_hz: int) -> VocoderEngineConfig:
         return VocoderEngineConfig(
             max_slots=self.resolved_max_slots(), chunk=self.chunk_policy(), deadline=self.deadline_policy(),
-            launch_cost_row_frames=self.launch_cost_row_frames, batches_in_flight=self.batches_in_flight,
-            talker_timeout_s=self.talker_timeout_s,
+            launch_cost_row_frames=self.launch_cost_row_frames, talker_timeout_s=self.talker_timeout_s,
             max_pending_frames=self.max_pending_frames, max_context_frames=self.max_context_frames,
             sample_rate_hz=sample_rate_hz, samples_per_frame=samples_per_frame,
         )

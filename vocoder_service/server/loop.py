@@ -57,8 +57,6 @@ class VocoderServer:
     def init_engine(self) -> None:
         engine_config = self.config.engine_config(self.runner.samples_per_frame, self.runner.sample_rate_hz)
         self.engine = VocoderEngine(self.runner, engine_config)
-        if self.config.first_chunks_between_batches:
-            self.engine.between_batches = self.receive_between_batches
         if self.config.step_trace:
             self.engine.trace = StepTrace(self.config.step_trace)
         self.stats = ServerStats()
@@ -164,19 +162,6 @@ class VocoderServer:
             self.dispatch(frames[0].bytes, frames[1:])
         if self.engine.trace is not None:
             self.engine.trace.note_receive(num_received, waited_ms)
-
-    def receive_between_batches(self) -> None:
-        """Between two batches of a step (the sockets' lock is free then): the talkers' messages that
-        are already here, at most max_messages_per_poll, without waiting. New streams' frames become
-        first chunks of this step (the engine plans them); aborts and failures end streams whose
-        rows the engine then leaves out."""
-        with self.sockets_lock:
-            for _ in range(self.config.max_messages_per_poll):
-                try:
-                    frames = self.recv_from_talkers.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    return
-                self.dispatch(frames[0].bytes, frames[1:])
 
     def dispatch(self, identity: bytes, body: list) -> None:
         if self.peers.touch(identity, time.monotonic()):
