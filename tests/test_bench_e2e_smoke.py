@@ -141,7 +141,7 @@ FIRST_AUDIO_PATH = ("g_text_in", "g_text_out", "t_text_in", "t_frame0_out", "v_f
 def check_first_audio_hops(hops_dir: Path, levels: list[dict], stdout: str) -> None:
     from benchmarks.first_audio_hops import HOPS, load_marks
     marks = load_marks(hops_dir)
-    assert len(list(hops_dir.glob("*.tsv"))) == 3   # one file per process: gateway, talker, vocoder
+    assert len(list(hops_dir.glob("*.tsv"))) >= 3   # one file per process: gateway(s), talker, vocoder
     for row in levels:
         hops = row["first_audio_hops"]
         assert set(hops) == {name for name, _, _ in HOPS}

@@ -212,9 +212,10 @@ class TalkerServer:
         messages, then up to WAIT_INTAKE_BATCH gateway messages already queued. In a wave of
         word-by-word calls the gateways send ~30 messages a stream, more than the turns between
         steps took: at 256 streams on an H200 a START reached the engine 127 ms (p95) after the
-        gateway sent it, 41 ms with this (issue #36). The engine's phases tolerate what the handlers do (a request queued, text
-        added, a request ended while its rows are on the device: read back and dropped, as for an
-        abort between async decode steps). -> True when it read gateway messages (look again)."""
+        gateway sent it, 41 ms with this (issue #36). The engine's phases tolerate what the
+        handlers do (a request queued, text added, a request ended while its rows are on the
+        device: read back and dropped, as for an abort between async decode steps).
+        -> True when it read gateway messages (look again)."""
         if self._is_in_wait_intake:   # a handler that waited on the device itself: no nesting
             return False
         self._is_in_wait_intake = True
