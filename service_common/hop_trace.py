@@ -36,6 +36,11 @@ _lock = threading.Lock()
 _file = None
 
 
+def enabled() -> bool:
+    """Whether marks are written: a per-step loop over every stream asks once, not per stream."""
+    return _DIR is not None
+
+
 def mark(request_id, event: str) -> None:
     """One milestone of `request_id` now; the caller marks each (request, event) once. A folder that
     cannot be written ends the marks of this process (logged once), never a request."""

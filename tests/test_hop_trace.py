@@ -32,5 +32,5 @@ def test_an_unwritable_folder_turns_the_marks_off(tmp_path, monkeypatch, caplog)
     with caplog.at_level(logging.WARNING):
         hop_trace.mark("r1", "g_text_in")   # no exception reaches the request
         hop_trace.mark("r1", "g_audio_out")
-    assert hop_trace._DIR is None
+    assert hop_trace._DIR is None and not hop_trace.enabled()   # the per-step loops stop asking
     assert caplog.text.count("hop marks off") == 1

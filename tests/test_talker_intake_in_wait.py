@@ -153,6 +153,8 @@ class RecordingServer:
     def receive_from_vocoder(self, link) -> None:
         self.log.append(("vocoder", link))
 
+    receive_from_gateways = loop_module.TalkerServer.receive_from_gateways   # the one receive() uses too
+
     def dispatch_gateway(self, identity, body) -> None:
         assert self.sockets_lock.locked()
         self.log.append(("gateway", body[0].bytes))

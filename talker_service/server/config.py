@@ -83,8 +83,9 @@ class TalkerServiceConfig:
     # --- transport and loop
     poll_ms: int = 20                    # longest idle wait; bounds admin-call and timer latency
     max_messages_per_poll: int = 512
-    # read queued gateway messages while the loop waits for the device's read-back (START, TEXT:
-    # a wave of streamed words otherwise queued behind the per-turn cap, issue #36); off: only between steps
+    # read queued gateway messages while the loop waits for the device's read-back too (a wave of
+    # streamed words otherwise held STARTs and first TEXTs in the socket for up to a step each,
+    # issue #36: server/loop.py receive_while_waiting); off: only between steps
     intake_in_device_wait: bool = True
     router_rcv_hwm: int = 10000
     router_snd_hwm: int = 1000

@@ -31,6 +31,7 @@ class Emitter:
         find_route = self.routes.get
         batch: FramesBatch | None = None
         batch_link = None   # the link `batch` goes to: consecutive outs mostly share one vocoder
+        is_marking = hop_trace.enabled()
         for out in outs:
             route = find_route(out.request_id)
             if route is None:   # ended this turn already (abort, vocoder loss)
@@ -50,6 +51,9 @@ class Emitter:
                     entry = batches[id(link)] = (link, FramesBatch())
                 batch_link, batch = link, entry[1]
             self.add_frames(batch, link, route, out)
+            if is_marking and out.first_frame_index < 2:   # frames 0 and 1 leave with this batch, this turn
+                for index in range(out.first_frame_index, min(2, out.first_frame_index + out.codes.shape[0])):
+                    hop_trace.mark(route.request_id, f"t_frame{index}_out")
         for link, batch in batches.values():
             self.send(link, batch)
 
@@ -94,9 +98,6 @@ class Emitter:
             batch.closes.append(vocoder_pb2.FramesClose(handle=route.vocoder_handle, summary=summary_of(out)))
             self.routes.forget(route)
         batch.add(route.vocoder_handle, out.seq + route.frames_seq_offset, rows, route)
-        if out.first_frame_index < 2:   # frames 0 and 1 leave with this batch, in this loop turn
-            for index in range(out.first_frame_index, min(2, out.first_frame_index + out.codes.shape[0])):
-                hop_trace.mark(route.request_id, f"t_frame{index}_out")
 
     def send(self, link: VocoderLink, batch: FramesBatch) -> None:
         try:

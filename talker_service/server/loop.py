@@ -200,12 +200,17 @@ class TalkerServer:
         for link in self.vocoders.links:
             if link.socket in ready:
                 self.receive_from_vocoder(link)
-        for _ in range(self.config.max_messages_per_poll):
+        self.receive_from_gateways(self.config.max_messages_per_poll)
+
+    def receive_from_gateways(self, max_messages: int) -> int:
+        """The gateway messages already queued, at most `max_messages`, dispatched; -> how many."""
+        for num_read in range(max_messages):
             try:
                 frames = self.recv_from_gateways.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                break
+                return num_read
             self.dispatch_gateway(frames[0].bytes, frames[1:])
+        return max_messages
 
     def receive_while_waiting(self) -> bool:
         """While the engine waits for a read-back (the sockets' lock is free then): the vocoders'
@@ -223,13 +228,7 @@ class TalkerServer:
             with self.sockets_lock:
                 for link in self.vocoders.links:   # as receive(): vocoders first, so STARTs see fresh news
                     self.receive_from_vocoder(link)
-                for num_read in range(WAIT_INTAKE_BATCH):
-                    try:
-                        frames = self.recv_from_gateways.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        return num_read > 0
-                    self.dispatch_gateway(frames[0].bytes, frames[1:])
-            return True
+                return self.receive_from_gateways(WAIT_INTAKE_BATCH) > 0
         finally:
             self._is_in_wait_intake = False
 

@@ -237,9 +237,10 @@ class VocoderServer:
 
     def send_pcm(self, reply_to: str | None, outs: list[PcmOut]) -> None:
         routes = [self.intake.routes.get(out.request_id) for out in outs]
-        for out in outs:
-            if out.seq == 0:
-                hop_trace.mark(out.request_id, "v_pcm_out")
+        if hop_trace.enabled():
+            for out in outs:
+                if out.seq == 0:
+                    hop_trace.mark(out.request_id, "v_pcm_out")
         try:
             if not reply_to:
                 raise ValueError("no reply_to")
