@@ -51,12 +51,12 @@ def test_an_arrival_waits_while_a_running_stream_is_short_of_audio_then_starts()
     clock[0] += len(got.frames["running"]) * FRAME_S - 0.03   # 30 ms of audio left: under the 20 ms margin + 16
     add(engine, "arrival", text_ids(2, 8), 2)
     got.take(engine.step())
-    assert "arrival" not in got.frames and engine.num_prefill_held_steps == 1
+    assert "arrival" not in got.frames and engine.stats.num_cadence_holds == 1
     assert "running" in got.frames                   # the running stream still got its frame
     for _ in range(3):                               # clock still: each step adds 80 ms of audio ahead
         got.take(engine.step())
     assert "arrival" in got.frames                   # enough slack now: prefilled
-    assert engine.num_prefill_held_steps == 1
+    assert engine.stats.num_cadence_holds == 1
 
 
 def test_an_arrival_waits_no_longer_than_the_hold_limit():
@@ -73,7 +73,7 @@ def test_an_arrival_waits_no_longer_than_the_hold_limit():
         assert "arrival" not in got.frames, step
     clock[0] += 0.06                                 # 210 ms after it arrived
     got.take(engine.step())
-    assert "arrival" in got.frames and engine.num_prefill_held_steps == 3
+    assert "arrival" in got.frames and engine.stats.num_cadence_holds == 3
 
 
 def test_off_by_default():

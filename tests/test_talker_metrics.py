@@ -68,6 +68,11 @@ def test_a_talker_process_exports_its_busy_time_slots_and_counters(talker):
     assert done["qwen3_tts_talker_requests_started_total"] == stats.requests.num_started == 1
     assert done["qwen3_tts_talker_requests_refused_total"] == stats.requests.num_refused == 0
     assert done["qwen3_tts_talker_decode_steps_total"] >= NUM_FRAMES - 1
+    # a lone request started at once: nothing held it (the counters from the engine: test_talker_prefill_gather.py)
+    holds = stats.admission_holds
+    assert done["qwen3_tts_talker_gather_holds_total"] == holds.num_gather_holds == 0
+    assert done["qwen3_tts_talker_cadence_holds_total"] == holds.num_cadence_holds == 0
+    assert done["qwen3_tts_talker_deadline_holds_total"] == holds.num_deadline_holds == 0
     # every step that ran slept STEP_DELAY_S inside the busy interval
     assert done["qwen3_tts_talker_busy_seconds_total"] >= done["qwen3_tts_talker_decode_steps_total"] * STEP_DELAY_S
     # two seconds (--busy-window-s) later with nothing to run it reads idle again, the total kept

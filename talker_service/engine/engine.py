@@ -95,12 +95,10 @@ class TalkerEngine:
         # prefill only what the running streams' slack allows (cadence.py); None: off
         self.cadence = (CadenceGuard(self.config.cadence_margin_ms / 1e3, self.config.cadence_max_hold_ms / 1e3)
                         if self.config.cadence_margin_ms > 0 else None)
-        self.num_prefill_held_steps = 0   # steps that had prompts to prefill and ran none (cadence)
         # arrivals spread in time wait to be prefilled together under load (prefill_gather.py); None: off
         self.gather = (PrefillGather(self.config.prefill_gather_ms / 1e3, self.config.prefill_gather_batch,
                                      self.config.prefill_gather_min_decoding)
                        if self.config.prefill_gather_ms > 0 else None)
-        self.num_gather_held_steps = 0    # admissions that let ready arrivals wait for more (gather)
         # the server's admission (server/admission.py: the request's vocoder has a free slot, no
         # deadline pressure): `could_start(id)` asks, `take(id)` commits; None: slots alone decide
         self.admission = None
@@ -220,7 +218,7 @@ class TalkerEngine:
         if gate is not None:
             gate.begin()
         if self.gather is not None and not self._prefilling and self._gathering():
-            self.num_gather_held_steps += 1
+            self.stats.num_gather_holds += 1
             return []
         prefills = self.scheduler.take_prefills(None if gate is None else gate.take)
         if prefills:
@@ -338,7 +336,7 @@ class TalkerEngine:
         shapes = self._prefill_shapes(start_s)
         plan = plan_step(list(self._prefilling.values()), shapes)
         if not plan:
-            self.num_prefill_held_steps += 1
+            self.stats.num_cadence_holds += 1
             return None
         chunks = [PrefillChunk(job.key.slot, job.embeds[job.done:job.done + n], job.done, job.done + n == job.length)
                   for job, n in plan]

@@ -47,6 +47,9 @@ class EngineStats:
     num_frames_generated: int = 0
     num_decode_steps: int = 0
     num_prefill_chunks: int = 0
+    # why ready arrivals did not start at once (counts since start; a stats reset keeps them):
+    num_gather_holds: int = 0    # admission rounds that let them wait to be prefilled together (gather)
+    num_cadence_holds: int = 0   # steps with prompts to prefill that ran none: running streams' cadence
     step_time: LatencyWindow = field(default_factory=LatencyWindow)
     prefill_time: LatencyWindow = field(default_factory=LatencyWindow)
     first_frame_time: LatencyWindow = field(default_factory=LatencyWindow)

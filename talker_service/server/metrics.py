@@ -9,6 +9,7 @@ prometheus_client's HTTP thread.
 from __future__ import annotations
 
 from service_common.metrics import MetricFamilies, ServerCollector
+from talker_service.server.stats import deadline_holds
 
 PREFIX = "qwen3_tts_talker_"
 
@@ -22,6 +23,8 @@ ENGINE_COUNTERS = {
     "num_frames_generated": ("frames_generated", "Codec frames generated (12.5 a second of audio)"),
     "num_decode_steps": ("decode_steps", "Decode steps run"),
     "num_prefill_chunks": ("prefill_chunks", "Prompt chunks prefilled"),
+    "num_gather_holds": ("gather_holds", "Admission rounds that left ready arrivals to be prefilled together"),
+    "num_cadence_holds": ("cadence_holds", "Steps that held every prompt back to keep running streams' cadence"),
 }
 
 
@@ -50,4 +53,6 @@ class TalkerMetrics(ServerCollector):
                   load["step_time_ms"] / 1e3)
         for field, (name, documentation) in ENGINE_COUNTERS.items():
             out.counter(name, documentation, getattr(stats, field))
+        out.counter("deadline_holds", "Times new streams were held back because a vocoder reported late chunks",
+                    deadline_holds(engine))
         return out.families

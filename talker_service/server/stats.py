@@ -12,6 +12,11 @@ GRAPH_STATS_FIELDS = ("num_graphs", "graph_memory_bytes", "num_graph_steps", "nu
                       "warm_up_s")
 
 
+def deadline_holds(engine: TalkerEngine) -> int:
+    """Times the server's admission began holding new streams for late chunks (0 without one)."""
+    return 0 if engine.admission is None else engine.admission.num_holds
+
+
 def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: GatewayPeers, voices: VoiceEncoding, *,
                  peer_id: str, model: str, uptime_s: float, now_s: float, reset: bool) -> admin_pb2.TalkerStats:
     """A snapshot; `reset` then clears the engine's latency windows (counters keep counting)."""
@@ -35,7 +40,10 @@ def talker_stats(engine: TalkerEngine, vocoders: VocoderLinks, gateways: Gateway
         host_time_by_phase={phase: admin_pb2.LatencyStats(**window.summary())
                             for phase, window in s.host_phases.items()},
         host_time_by_batch={batch: admin_pb2.LatencyStats(**window.summary())
-                            for batch, window in s.host_by_batch.items()})
+                            for batch, window in s.host_by_batch.items()},
+        admission_holds=admin_pb2.AdmissionHolds(num_gather_holds=s.num_gather_holds,
+                                                 num_cadence_holds=s.num_cadence_holds,
+                                                 num_deadline_holds=deadline_holds(engine)))
     if reset:
         s.reset_windows()
     return stats

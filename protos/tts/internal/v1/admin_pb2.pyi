@@ -86,7 +86,7 @@ class PeerStatus(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., is_healthy: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[float] = ..., num_streams: _Optional[int] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ...) -> None: ...
 
 class TalkerStats(_message.Message):
-    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways", "decode_gap", "max_decode_gap_ms", "voices", "host_time", "host_time_by_phase", "host_time_by_batch")
+    __slots__ = ("peer_id", "model", "uptime_s", "load", "requests", "step_time", "prefill_time", "first_frame_time", "batch_size_histogram", "graphs", "num_frames_generated", "kv_cache_bytes", "max_context_tokens", "vocoders", "gateways", "decode_gap", "max_decode_gap_ms", "voices", "host_time", "host_time_by_phase", "host_time_by_batch", "admission_holds")
     class BatchSizeHistogramEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class TalkerStats(_message.Message):
     HOST_TIME_FIELD_NUMBER: _ClassVar[int]
     HOST_TIME_BY_PHASE_FIELD_NUMBER: _ClassVar[int]
     HOST_TIME_BY_BATCH_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_HOLDS_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     model: str
     uptime_s: float
@@ -150,7 +151,18 @@ class TalkerStats(_message.Message):
     host_time: LatencyStats
     host_time_by_phase: _containers.MessageMap[str, LatencyStats]
     host_time_by_batch: _containers.MessageMap[int, LatencyStats]
-    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., decode_gap: _Optional[_Union[LatencyStats, _Mapping]] = ..., max_decode_gap_ms: _Optional[float] = ..., voices: _Optional[_Union[VoiceEncodingStats, _Mapping]] = ..., host_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., host_time_by_phase: _Optional[_Mapping[str, LatencyStats]] = ..., host_time_by_batch: _Optional[_Mapping[int, LatencyStats]] = ...) -> None: ...
+    admission_holds: AdmissionHolds
+    def __init__(self, peer_id: _Optional[str] = ..., model: _Optional[str] = ..., uptime_s: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.Load, _Mapping]] = ..., requests: _Optional[_Union[RequestCounters, _Mapping]] = ..., step_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., prefill_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_frame_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., batch_size_histogram: _Optional[_Mapping[int, int]] = ..., graphs: _Optional[_Union[GraphStats, _Mapping]] = ..., num_frames_generated: _Optional[int] = ..., kv_cache_bytes: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., vocoders: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., gateways: _Optional[_Iterable[_Union[PeerStatus, _Mapping]]] = ..., decode_gap: _Optional[_Union[LatencyStats, _Mapping]] = ..., max_decode_gap_ms: _Optional[float] = ..., voices: _Optional[_Union[VoiceEncodingStats, _Mapping]] = ..., host_time: _Optional[_Union[LatencyStats, _Mapping]] = ..., host_time_by_phase: _Optional[_Mapping[str, LatencyStats]] = ..., host_time_by_batch: _Optional[_Mapping[int, LatencyStats]] = ..., admission_holds: _Optional[_Union[AdmissionHolds, _Mapping]] = ...) -> None: ...
+
+class AdmissionHolds(_message.Message):
+    __slots__ = ("num_gather_holds", "num_cadence_holds", "num_deadline_holds")
+    NUM_GATHER_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CADENCE_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_DEADLINE_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    num_gather_holds: int
+    num_cadence_holds: int
+    num_deadline_holds: int
+    def __init__(self, num_gather_holds: _Optional[int] = ..., num_cadence_holds: _Optional[int] = ..., num_deadline_holds: _Optional[int] = ...) -> None: ...
 
 class VoiceEncodingStats(_message.Message):
     __slots__ = ("num_encoded", "num_failed", "num_cache_hits", "num_batches", "batch_size_histogram", "queue_wait", "batch_time", "prepare_time", "mel_time", "speaker_time", "codec_time", "num_forwards", "num_pending")
