@@ -60,6 +60,10 @@ def _summary(role: str, stats) -> dict:
         out["num_prefill_graph_steps"] = stats.graphs.num_prefill_graph_steps
         out["num_prefill_eager_steps"] = stats.graphs.num_prefill_eager_steps
         out["voices"] = _voices(stats.voices)
+        if stats.HasField("admission_holds"):   # counts since start (older talkers lack them)
+            h = stats.admission_holds
+            out["admission_holds"] = {"num_gather_holds": h.num_gather_holds, "num_cadence_holds": h.num_cadence_holds,
+                                      "num_deadline_holds": h.num_deadline_holds}
     else:
         out["audio_s_emitted"] = round(stats.audio_s_emitted, 3)
         out["first_chunk_time"] = _latency(stats.first_chunk_time)

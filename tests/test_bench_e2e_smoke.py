@@ -99,6 +99,8 @@ def test_smoke_run_gives_fixed_length_streams_at_every_level(tmp_path, workload,
         assert causes["num_late_talker"] + causes["num_late_queued"] + causes["num_late_decode"] == causes["num_late_chunks"]
         assert vocoder["deadlines"]["step_estimate_ms"] > 0
         assert talker["max_decode_gap_ms"] >= talker["decode_gap"]["p50_ms"] >= 0
+        # why ready requests waited in the talker's queue (counts since start, not per level)
+        assert set(talker["admission_holds"]) == {"num_gather_holds", "num_cadence_holds", "num_deadline_holds"}
         # host time per loop iteration that stepped: as many as the steps (+ prefill-only iterations)
         assert talker["host_time"]["count"] >= talker["step_time"]["count"] and talker["host_time"]["p50_ms"] > 0
         # ... split by the loop's phases, one sample per phase per such iteration
