@@ -24,9 +24,9 @@ EVENTS = ("g_start_out",    # gateway: START sent to the talker (before the firs
           "t_text_in",      # talker: first TEXT read
           "g_ack_in",       # gateway: the talker's ACK read
           "t_frame0_out",   # talker: frame 0 sent to the vocoder
-          "v_frames0_in",   # vocoder: the stream's first FRAMES entry read
+          "v_frames0_in",   # vocoder: frame 0 read (the first audio frame: a clone's context not counted)
           "t_frame1_out",   # talker: frame 1 sent
-          "v_frames1_in",   # vocoder: its second entry read
+          "v_frames1_in",   # vocoder: frame 1 read (in the same FRAMES entry as frame 0 or a later one)
           "v_pcm_out",      # vocoder: first PCM chunk sent
           "g_pcm_in",       # gateway: first PCM chunk read
           "g_audio_out")    # gateway: first audio response built (the server's TTFA clock stops)

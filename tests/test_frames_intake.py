@@ -306,3 +306,24 @@ def test_many_streams_in_one_message_come_back_in_one_pcm_message_per_gateway(vo
     assert all(p.is_final and p.generation.num_frames == int(p.request_id[1:]) for p in parts)
     assert {p.request_id: float(p.pcm[0]) for p in parts} == {f"r{h}": float(h) for h in handles}
     assert all(p.timings.batch_size == 6 for p in parts)
+
+
+def test_hop_marks_name_audio_frames_0_and_1_by_index(vocoder, tmp_path, monkeypatch):
+    # (benchmarks/first_audio_hops.py's frame hops): frames 0 and 1 in one entry are both read then;
+    # a clone's context frames, which open its stream, are not audio frames
+    from benchmarks.first_audio_hops import load_marks
+    from service_common import hop_trace
+    monkeypatch.setattr(hop_trace, "_DIR", str(tmp_path))
+    monkeypatch.setattr(hop_trace, "_file", None)
+    server, _ = vocoder
+    server.dispatch(TALKER, message(opens=[(1, "both"), (2, "clone", 3)],
+                                    entries=[(1, 0, codes(5, 2)), (2, 0, codes(6, 3))]))
+    marks = load_marks(tmp_path)
+    assert set(marks["both"]) == {"v_frames0_in", "v_frames1_in"} and "clone" not in marks
+    server.dispatch(TALKER, message(entries=[(1, 1, codes(5)), (2, 1, codes(6))]))   # later frames of "both"
+    marks = load_marks(tmp_path)
+    assert set(marks["clone"]) == {"v_frames0_in"}
+    server.dispatch(TALKER, message(entries=[(2, 2, codes(6, 2))]))
+    marks = load_marks(tmp_path)
+    assert set(marks["clone"]) == {"v_frames0_in", "v_frames1_in"}
+    hop_trace._file.close()

@@ -180,6 +180,7 @@ class VocoderEngine:
             if stream.num_pending == 0:
                 stream.oldest_pending_s = now
             stream.num_pending += len(codes)
+            stream.num_audio_frames_in += len(codes)
         if is_final:
             stream.ended_at_s = now
 

@@ -21,6 +21,7 @@ class StreamState:
     pending: list[np.ndarray] = field(default_factory=list)   # [n,16] blocks not yet decoded
     num_context_pending: int = 0
     num_pending: int = 0
+    num_audio_frames_in: int = 0         # audio frames received so far (context frames not counted)
     oldest_pending_s: float | None = None
     ended_at_s: float | None = None      # when the talker's final frames came (engine clock); None: not yet
     num_chunks_emitted: int = 0

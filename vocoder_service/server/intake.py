@@ -106,15 +106,23 @@ class FramesIntake:
         if is_bad:
             raise EngineError("INVALID_ARGUMENT", f"request {rid!r}: codes must lie in [0, {self.engine.runner.codebook_size}),"
                                                   f" got [{rows.min()}, {rows.max()}]")
-        if seq <= 1:
-            hop_trace.mark(rid, f"v_frames{seq}_in")
+        num_before = self._audio_frames_in(rid) if hop_trace.enabled() else None
         self.engine.add_frames(rid, seq, rows, is_final=close is not None,
                                num_context_frames=open_.num_context_frames if open_ is not None else 0,
                                is_checked=True)
+        if num_before is not None and num_before < 2:
+            # frames 0 and 1 by their index among the audio frames: an entry may carry both, and a
+            # clone's first entries carry its voice's context frames
+            for index in range(num_before, min(2, self._audio_frames_in(rid))):
+                hop_trace.mark(rid, f"v_frames{index}_in")
         if close is not None:
             del link[handle]   # the talker may open a new stream under this handle from the next message on
             if close.HasField("summary") and rid in self.routes:
                 self.routes[rid].summary = close.summary
+
+    def _audio_frames_in(self, rid: str) -> int:
+        stream = self.engine.streams.get(rid)
+        return 0 if stream is None else stream.num_audio_frames_in
 
     def _open(self, identity: bytes, link: dict[int, str], talker_id: str, handle: int, seq: int,
               open_: vocoder_pb2.FramesOpen) -> str:
