@@ -8,9 +8,9 @@ from itertools import islice
 import numpy as np
 
 WINDOW = 1024   # latest samples kept per latency window
-# the talker loop's phases, in order (talker_service/server/loop.py; admin.proto host_time_by_phase)
-# the loop's phases in the order it runs them; "intake_in_wait" (last): gateway messages read while
-# a phase waited for the device (server/loop.py receive_while_waiting), overlapping the device's work
+# the talker loop's phases in the order it runs them (server/loop.py; admin.proto host_time_by_phase);
+# "intake_in_wait" (last): gateway messages read while a phase waited for the device
+# (receive_while_waiting), overlapping the device's work
 HOST_PHASES = ("intake", "admit", "prefill", "decode", "emit", "intake_in_wait")
 
 

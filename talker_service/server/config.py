@@ -55,8 +55,9 @@ class TalkerServiceConfig:
     prefill_gather_batch: int = EngineConfig.prefill_gather_batch
     prefill_gather_min_decoding: int = EngineConfig.prefill_gather_min_decoding
     # > 0: while a vocoder reports late chunks, queued requests wait up to this long before their
-    # prefill (server/admission.py); 0: off (not yet measured on a GPU). Free vocoder slots gate
-    # admission either way.
+    # prefill (server/admission.py); 0: off. Free vocoder slots gate admission either way, and on an
+    # H200 past capacity (256 streams, arrivals at 1.3 x) they alone kept every stream gapless; 500
+    # held four times and changed nothing measurable (results 2026-11-29-gapless-final-h200.md).
     deadline_hold_ms: float = 0.0
     gpu_memory_fraction: float = 0.0     # share of the GPU this process may hold; 0: 0.9 alone (the launcher
                                          # passes 0.6 when the vocoder shares the GPU)

@@ -315,8 +315,7 @@ class _PhaseClock:
     def lap(self, phase: str) -> None:
         now_s, waited_s, worked_s = time.perf_counter(), self.wait_clock.total_s, self.wait_clock.worked_s
         worked_ms = (worked_s - self._last_worked_s) * 1e3
-        host_ms = max(0.0, (now_s - self._last_s) - (waited_s - self._last_wait_s)) * 1e3 - worked_ms
-        host_ms = max(0.0, host_ms)
+        host_ms = max(0.0, ((now_s - self._last_s) - (waited_s - self._last_wait_s)) * 1e3 - worked_ms)
         self.laps_ms[phase] = host_ms
         self.laps_ms[IN_WAIT_PHASE] += worked_ms
         self.total_ms += host_ms + worked_ms
