@@ -55,6 +55,7 @@ def test_the_page_speaks_over_http_and_over_the_websocket(page_url):
             http_stats = page.evaluate("({...window.ttsStats})")
             assert http_stats["error"] is None, (http_stats, console)
             assert http_stats["mode"] == "http" and http_stats["samplesScheduled"] >= ONE_FRAME_SAMPLES
+            assert http_stats["samplesScheduled"] % ONE_FRAME_SAMPLES == 0   # whole frames: no chunk cut or lost
             assert http_stats["ttfaMs"] > 0 and http_stats["rtf"] > 0
             assert page.locator("#samples").text_content() == str(http_stats["samplesScheduled"])
 
@@ -65,7 +66,7 @@ def test_the_page_speaks_over_http_and_over_the_websocket(page_url):
             assert ws_stats["error"] is None, (ws_stats, console)
             assert ws_stats["mode"] == "ws" and ws_stats["samplesScheduled"] >= ONE_FRAME_SAMPLES
             # the server's summary agrees with what the page scheduled
-            assert ws_stats["summary"]["num_frames"] * 1920 == ws_stats["samplesScheduled"]
+            assert ws_stats["summary"]["num_frames"] * ONE_FRAME_SAMPLES == ws_stats["samplesScheduled"]
             assert "TTFA" in page.locator("#server").text_content()
             page.screenshot(path=str(ARTIFACTS / "http-page.png"), full_page=True)
         finally:
